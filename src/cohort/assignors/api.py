@@ -1,0 +1,146 @@
+"""The server-side assignor interface.
+
+It mirrors Kafka's `ConsumerGroupPartitionAssignor` (GroupSpec, MemberSubscription,
+SubscribedTopicDescriber, GroupAssignment) so the coordinator can call an assignor directly,
+and adds one thing Kafka lacks: an optional per-partition lag on the describer, which the
+lag-aware assignor reads and the others ignore.
+
+Conventions every assignor follows:
+
+* Topic ids are opaque, hashable and orderable values (the coordinator passes `uuid.UUID`,
+  `cohort assign` passes topic names). Assignors iterate topics in sorted order.
+* A partition set is a tuple of ascending ints. Assignments are plain dicts:
+  `{member_id: {topic_id: (p0, p1, ...)}}`; a topic with no partitions for a member is omitted.
+* Members are iterated by member id, partitions ascending, so the output depends only on the
+  input's content, never on dict order.
+* Every member of the spec appears in the output, possibly with an empty dict.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+TopicId = Hashable
+Partitions = tuple[int, ...]
+MemberAssignment = dict[TopicId, Partitions]
+GroupAssignment = dict[str, MemberAssignment]
+
+EMPTY: Mapping = {}
+
+
+class PartitionAssignorError(Exception):
+    """The assignor cannot produce an assignment for this spec (Kafka's PartitionAssignorException)."""
+
+
+class UnknownAssignorError(KeyError):
+    """No assignor is registered under the requested name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown assignor"
+
+
+class SubscriptionType(enum.Enum):
+    """HOMOGENEOUS when every member subscribes to the same topics."""
+
+    HOMOGENEOUS = "homogeneous"
+    HETEROGENEOUS = "heterogeneous"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSubscription:
+    """What the assignor knows about one member: identity hints, subscription and current target."""
+
+    subscribed_topic_ids: frozenset
+    rack_id: str | None = None
+    instance_id: str | None = None
+    assignment: Mapping[TopicId, Partitions] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """The members of a group keyed by member id, and whether their subscriptions are identical."""
+
+    members: Mapping[str, MemberSubscription]
+    subscription_type: SubscriptionType
+
+    @classmethod
+    def of(cls, members: Mapping[str, MemberSubscription]) -> "GroupSpec":
+        """Build a spec, deriving the subscription type from the members."""
+        return cls(members, subscription_type_of(members))
+
+    def member_ids(self) -> list[str]:
+        """Member ids in the canonical (sorted) iteration order."""
+        return sorted(self.members)
+
+
+def subscription_type_of(members: Mapping[str, MemberSubscription]) -> SubscriptionType:
+    first = None
+    for sub in members.values():
+        if first is None:
+            first = sub.subscribed_topic_ids
+        elif sub.subscribed_topic_ids != first:
+            return SubscriptionType.HETEROGENEOUS
+    return SubscriptionType.HOMOGENEOUS
+
+
+@runtime_checkable
+class SubscribedTopicDescriber(Protocol):
+    """Read-only view of the topics a group subscribes to."""
+
+    def num_partitions(self, topic_id: TopicId) -> int:
+        """Partition count, or -1 when the topic is unknown."""
+
+    def racks_for_partition(self, topic_id: TopicId, partition: int) -> frozenset[str]:
+        """Racks hosting replicas of the partition (empty when unknown)."""
+
+    def partition_lags(self, topic_id: TopicId) -> Sequence[int] | None:
+        """Per-partition lag of the group on this topic, or None when no lag is known."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """One topic as the describer sees it."""
+
+    num_partitions: int
+    racks: tuple[frozenset[str], ...] = ()
+    lags: tuple[int, ...] | None = None
+
+
+class TopicDescriber:
+    """A describer over a plain mapping of topic id to TopicMetadata."""
+
+    __slots__ = ("_topics",)
+
+    def __init__(self, topics: Mapping[TopicId, TopicMetadata]):
+        self._topics = topics
+
+    def num_partitions(self, topic_id: TopicId) -> int:
+        meta = self._topics.get(topic_id)
+        return -1 if meta is None else meta.num_partitions
+
+    def racks_for_partition(self, topic_id: TopicId, partition: int) -> frozenset[str]:
+        meta = self._topics.get(topic_id)
+        if meta is None or partition >= len(meta.racks):
+            return frozenset()
+        return meta.racks[partition]
+
+    def partition_lags(self, topic_id: TopicId) -> Sequence[int] | None:
+        meta = self._topics.get(topic_id)
+        return None if meta is None else meta.lags
+
+    def has_racks(self, topic_id: TopicId) -> bool:
+        meta = self._topics.get(topic_id)
+        return meta is not None and bool(meta.racks)
+
+
+@runtime_checkable
+class Assignor(Protocol):
+    """A server-side assignor: a named pure function from a group spec to an assignment."""
+
+    name: str
+
+    def assign(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
+        """Assign every partition of every subscribed, known topic to exactly one subscriber."""
