@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from cohort import __version__
+from cohort.server import cli as serve_cli
 
 EXIT_USAGE = 2
 
@@ -67,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     assign.add_argument("--indent", type=int, default=None, metavar="N", help="pretty-print with N spaces")
     assign.add_argument("file", nargs="?", default="-", metavar="FILE", help="the spec file, or - for stdin (default)")
     assign.set_defaults(func=_cmd_assign)
+
+    serve_cli.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,358 @@
+"""The broker's data plane: topics, their partition logs, and the coordinator's log.
+
+Synchronous and single-threaded (called from the event loop); the only I/O that leaves the
+loop thread is the coordinator log's fsync. Errors are Kafka error codes so handlers can put
+them on the wire unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import logging
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from cohort.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog
+from cohort.broker.topics import BrokerState, MetadataStore, Topic, new_topic_id, topic_config_error, topic_name_error
+from cohort.config import Config
+from cohort.log import OffsetOutOfRange, PartitionLog
+from cohort.protocol.records import InvalidBatch, check_produce_records, iter_batches
+
+# Kafka error codes used by the data plane.
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+TOPIC_ALREADY_EXISTS = 36
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_TOPIC_ID = 100
+
+_log = logging.getLogger("cohort.broker")
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
+PRODUCER_ID_BLOCK = 1000
+
+
+class BrokerError(Exception):
+    """A request-level failure with its Kafka error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSnapshot:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    start_offsets: tuple[int, ...]
+    end_offsets: tuple[int, ...]
+    internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSnapshot:
+    """What the coordinator needs to know about topics (field names match
+    ``cohort.coordinator.metadata.TopicImage``). ``version`` increases whenever a topic is
+    created or deleted; offsets change without bumping it. ``end_offsets`` are high watermarks."""
+
+    version: int
+    topics: Mapping[str, TopicSnapshot]
+    topic_ids: Mapping[uuid.UUID, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    error: int
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class Broker:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.node_id: int = config["node.id"]
+        self.data_dir = os.path.abspath(config["log.dir"])
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self.data_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise OSError(f"data directory {self.data_dir} is in use by another cohort process") from None
+        self.store = MetadataStore(self.data_dir)
+        self.state: BrokerState = self.store.load()
+        self._next_producer_id = self.state.producer_id_block_end
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.topic_version = 0
+        self.append_listeners: list[Callable[[str, int], None]] = []
+        self.topic_listeners: list[Callable[[], None]] = []
+        self._ids = {t.id: t.name for t in self.state.topics.values()}
+        self._remove_orphans()
+        for topic in self.state.topics.values():
+            self._open_partitions(topic)
+        if OFFSETS_TOPIC not in self.state.topics:
+            self.create_topic(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"}, internal=True)
+        self.coordinator_log = CoordinatorLog(self.logs[(OFFSETS_TOPIC, 0)])
+        self.coordinator_log.add_listener(lambda: self._notify_append(OFFSETS_TOPIC, 0))
+        self.store.save(self.state)
+
+    @property
+    def cluster_id(self) -> str:
+        return self.state.cluster_id
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def _partition_dir(self, name: str, partition: int) -> str:
+        return os.path.join(self.data_dir, f"{name}-{partition}")
+
+    def _open_partitions(self, topic: Topic) -> None:
+        internal = topic.internal
+        segment_bytes = int(topic.configs.get("segment.bytes", self.config[
+            "offsets.topic.segment.bytes" if internal else "log.segment.bytes"]))
+        flush = self.config["log.flush.interval.messages"]
+        for p in range(topic.partitions):
+            self.logs[(topic.name, p)] = PartitionLog(
+                self._partition_dir(topic.name, p),
+                segment_bytes=segment_bytes,
+                index_interval=self.config["log.index.interval.bytes"],
+                flush_messages=None if internal or flush >= 2**62 else flush,
+            )
+
+    def _remove_orphans(self) -> None:
+        """Delete partition directories of deleted topics (a crash after the metadata write of a
+        DeleteTopics leaves them behind) and half-deleted ``*.deleted`` directories."""
+        for entry in os.listdir(self.data_dir):
+            path = os.path.join(self.data_dir, entry)
+            if not os.path.isdir(path):
+                continue
+            if entry.endswith(".deleted"):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            m = _PARTITION_DIR.match(entry)
+            if m is None:
+                continue
+            topic = self.state.topics.get(m["topic"])
+            if topic is None or int(m["partition"]) >= topic.partitions:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Flush and close every log; a failing fsync is logged and the rest still close."""
+        for (name, partition), log in self.logs.items():
+            try:
+                log.flush()
+            except OSError as exc:
+                _log.error("fsync of %s-%d failed on close: %s", name, partition, exc)
+            log.close()
+        self.logs.clear()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # --- topics ------------------------------------------------------------------------------
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        return self.state.topics
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        name = self._ids.get(topic_id)
+        return None if name is None else self.state.topics[name]
+
+    def validate_new_topic(self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str | None]) -> tuple[int, dict[str, str]]:
+        """Resolve defaults and check a CreateTopics entry; raises BrokerError."""
+        why = topic_name_error(name)
+        if why:
+            raise BrokerError(INVALID_TOPIC_EXCEPTION, why)
+        if name in self.state.topics:
+            raise BrokerError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        if partitions < 1:
+            raise BrokerError(INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+        if replication_factor not in (-1, 1):
+            raise BrokerError(INVALID_REPLICATION_FACTOR, f"replication factor {replication_factor} is larger than the 1 available broker")
+        resolved = {}
+        for key, value in configs.items():
+            why = topic_config_error(key, value)
+            if why:
+                raise BrokerError(INVALID_CONFIG, why)
+            if value is not None:
+                resolved[key] = value
+        return partitions, resolved
+
+    def create_topic(self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1, internal: bool = False) -> Topic:
+        partitions, resolved = self.validate_new_topic(name, partitions, replication_factor, configs or {})
+        if name.startswith("__") and not internal:
+            raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
+        topic = Topic(name, new_topic_id(), partitions, resolved, internal)
+        self.state.topics[name] = topic
+        try:
+            self.store.save(self.state)
+        except OSError as exc:
+            del self.state.topics[name]
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+        self._open_partitions(topic)
+        self._topics_changed()
+        return topic
+
+    def delete_topic(self, name: str) -> Topic:
+        topic = self.state.topics.get(name)
+        if topic is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        if topic.internal:
+            raise BrokerError(INVALID_TOPIC_EXCEPTION, f"internal topic {name!r} cannot be deleted")
+        del self.state.topics[name]
+        try:
+            self.store.save(self.state)
+        except OSError as exc:
+            self.state.topics[name] = topic
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+        for p in range(topic.partitions):
+            log = self.logs.pop((name, p))
+            log.close()
+            path = self._partition_dir(name, p)
+            doomed = f"{path}.{topic.id.hex}.deleted"
+            os.rename(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        self._topics_changed()
+        return topic
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> Topic:
+        """Replace a topic's explicit configs (validated) and persist them."""
+        topic = self.state.topics.get(name)
+        if topic is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        for key, value in configs.items():
+            why = topic_config_error(key, value)
+            if why:
+                raise BrokerError(INVALID_CONFIG, why)
+        updated = dataclasses.replace(topic, configs=dict(configs))
+        self.state.topics[name] = updated
+        try:
+            self.store.save(self.state)
+        except OSError as exc:
+            self.state.topics[name] = topic
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+        default = self.config["offsets.topic.segment.bytes" if topic.internal else "log.segment.bytes"]
+        segment_bytes = int(configs.get("segment.bytes", default))
+        for p in range(topic.partitions):
+            self.logs[(name, p)].segment_bytes = segment_bytes
+        return updated
+
+    def auto_create(self, name: str) -> Topic | None:
+        """Create ``name`` with defaults if auto-creation is on and the name is legal."""
+        if not self.config["auto.create.topics.enable"] or topic_name_error(name) or name.startswith("__"):
+            return None
+        return self.create_topic(name)
+
+    def _topics_changed(self) -> None:
+        self._ids = {t.id: t.name for t in self.state.topics.values()}
+        self.topic_version += 1
+        for cb in self.topic_listeners:
+            cb()
+
+    # --- data --------------------------------------------------------------------------------
+
+    def log(self, name: str, partition: int) -> PartitionLog | None:
+        return self.logs.get((name, partition))
+
+    def high_watermark(self, name: str, partition: int) -> int:
+        if name == OFFSETS_TOPIC:
+            return self.coordinator_log.high_watermark
+        return self.logs[(name, partition)].end_offset
+
+    def produce(self, name: str, partition: int, records: bytes | None) -> ProduceResult:
+        topic = self.state.topics.get(name)
+        log = self.logs.get((name, partition))
+        if topic is None or log is None:
+            return ProduceResult(UNKNOWN_TOPIC_OR_PARTITION, message=f"unknown topic-partition {name}-{partition}")
+        if topic.internal:
+            return ProduceResult(INVALID_TOPIC_EXCEPTION, message=f"cannot produce to internal topic {name!r}")
+        if not records:
+            return ProduceResult(CORRUPT_MESSAGE, message="no records")
+        data = bytearray(records)
+        try:
+            headers = check_produce_records(data)
+        except InvalidBatch as exc:
+            return ProduceResult(CORRUPT_MESSAGE, message=str(exc))
+        limit = int(topic.configs.get("max.message.bytes", self.config["message.max.bytes"]))
+        for h in headers:
+            if h.size > limit:
+                return ProduceResult(MESSAGE_TOO_LARGE, message=f"record batch of {h.size} bytes exceeds {limit}")
+        try:
+            result = log.append(data, headers)
+        except OSError as exc:
+            return ProduceResult(KAFKA_STORAGE_ERROR, message=f"append failed: {exc}")
+        self._notify_append(name, partition)
+        return ProduceResult(NONE, result.base_offset, log.start_offset)
+
+    def _notify_append(self, name: str, partition: int) -> None:
+        for cb in self.append_listeners:
+            cb(name, partition)
+
+    def read(self, name: str, partition: int, offset: int, max_bytes: int, allow_oversize: bool = True) -> tuple[int, bytes]:
+        """(error, whole batches) from ``offset``, never beyond the high watermark."""
+        log = self.logs.get((name, partition))
+        if log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, b""
+        hw = self.high_watermark(name, partition)
+        if offset < log.start_offset or offset > hw:
+            return OFFSET_OUT_OF_RANGE, b""
+        if offset == hw:
+            return NONE, b""
+        try:
+            data = log.read(offset, max_bytes, allow_oversize)
+        except OffsetOutOfRange:
+            return OFFSET_OUT_OF_RANGE, b""
+        if name == OFFSETS_TOPIC:
+            data = _clip(data, hw)
+        return NONE, data
+
+    def next_producer_id(self) -> int:
+        """A producer id unique across restarts (ids are reserved in persisted blocks)."""
+        if self._next_producer_id >= self.state.producer_id_block_end:
+            self.state.producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK
+            self.store.save(self.state)
+        pid = self._next_producer_id
+        self._next_producer_id += 1
+        return pid
+
+    # --- the coordinator's view --------------------------------------------------------------
+
+    def metadata_snapshot(self) -> MetadataSnapshot:
+        """Topic names, ids, partition counts and log start/end offsets, as an immutable value."""
+        topics = {}
+        for t in self.state.topics.values():
+            topics[t.name] = TopicSnapshot(
+                t.name,
+                t.id,
+                t.partitions,
+                tuple(self.logs[(t.name, p)].start_offset for p in range(t.partitions)),
+                tuple(self.high_watermark(t.name, p) for p in range(t.partitions)),
+                t.internal,
+            )
+        return MetadataSnapshot(self.topic_version, topics, {t.topic_id: t.name for t in topics.values()})
+
+
+def _clip(data: bytes, limit: int) -> bytes:
+    """Drop whole batches at or beyond offset ``limit`` (not yet durable)."""
+    end = 0
+    for pos, h in iter_batches(data):
+        if h.base_offset >= limit:
+            break
+        end = pos + h.size
+    return data[:end]

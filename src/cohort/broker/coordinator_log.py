@@ -1,0 +1,110 @@
+"""The group coordinator's durable record log: partition 0 of ``__consumer_offsets``.
+
+``append_records`` writes a batch at once (so offsets follow call order and the in-memory state
+the coordinator already replayed matches the log) and returns a future that resolves with the
+batch's last offset once an fsync covers it. fsyncs run in a worker thread; appends that arrive
+while one is running are covered together by the next (group commit), so concurrent callers
+share fsyncs. Fetch sees only fsynced data: ``high_watermark`` is the durable end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Iterator, Sequence
+
+from cohort.log import PartitionLog
+from cohort.protocol.records import build_batch, check_batch, decode_batch, read_header
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class CoordinatorLog:
+    def __init__(self, log: PartitionLog) -> None:
+        self.log = log
+        self.high_watermark = log.end_offset  # everything found on open survived recovery
+        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._flushing = False
+        self._listeners: list = []
+        self.failed: OSError | None = None
+
+    def add_listener(self, callback) -> None:
+        """``callback()`` runs after the high watermark advances (wakes Fetch long-polls)."""
+        self._listeners.append(callback)
+
+    def append_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> "asyncio.Future[int]":
+        """Append (key, value) records as one batch (value None is a tombstone).
+
+        Returns a future with the last offset, resolved after fsync. If the fsync fails, the
+        future fails with ``OSError`` and the log is cut back to the high watermark (so the
+        caller reverts its state to there). Raises ``OSError`` at once if the write itself
+        fails. Must be called on the event loop thread.
+        """
+        if self.failed is not None:
+            raise OSError(f"the coordinator log is unusable after a storage failure: {self.failed}")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        if not records:
+            fut.set_result(self.log.end_offset - 1)
+            return fut
+        data = bytearray(build_batch(records, timestamp=int(time.time() * 1000)))
+        result = self.log.append(data, [read_header(data)])
+        self._waiters.append((result.last_offset, fut))
+        if not self._flushing:
+            self._flushing = True
+            loop.create_task(self._flush_loop())
+        return fut
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiters:
+                target = self.log.end_offset
+                try:
+                    await loop.run_in_executor(None, self.log.flush)
+                except OSError as exc:
+                    self._fail_pending(exc)
+                    return
+                self.high_watermark = target
+                still = []
+                for last, fut in self._waiters:
+                    if last < target:
+                        if not fut.done():
+                            fut.set_result(last)
+                    else:
+                        still.append((last, fut))
+                self._waiters = still
+                for cb in self._listeners:
+                    cb()
+        finally:
+            self._flushing = False
+
+    def _fail_pending(self, exc: OSError) -> None:
+        """An fsync failed: nothing past the high watermark may survive (the coordinator reverts
+        its state to there), so cut the log back and fail every waiting append. If even that
+        fails, the log refuses further appends."""
+        waiters, self._waiters = self._waiters, []
+        try:
+            self.log.truncate_to(self.high_watermark)
+        except OSError as exc2:
+            self.failed = exc2
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def read_all(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        """(offset, key, value) for every record in the log, oldest first, for replay."""
+        offset = self.log.start_offset
+        end = self.log.end_offset
+        while offset < end:
+            chunk = self.log.read(offset, 1 << 20)
+            if not chunk:
+                return
+            pos = 0
+            while pos < len(chunk):
+                h = check_batch(chunk, pos)
+                for rec in decode_batch(chunk, pos):
+                    if rec.offset >= offset:
+                        yield rec.offset, rec.key, rec.value
+                offset = h.last_offset + 1
+                pos += h.size

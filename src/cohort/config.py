@@ -1,0 +1,252 @@
+"""The broker's settings: one registry of (name, type, default, doc), Kafka's names where Kafka
+has one, loaded from a Kafka-style properties file and ``-o key=value`` overrides.
+
+Other modules declare their own settings with :func:`declare` at import time (the coordinator
+does this for ``group.*``); docs/configuration.md is rendered from the registry
+(``python -m cohort.config > docs/configuration.md``) and a test keeps the two in sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A setting is unknown or has a bad value; the message is one line meant for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    type: type  # int, float, bool or str
+    default: Any
+    doc: str
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    choices: tuple[str, ...] | None = None
+    group: str = "broker"
+
+    def parse(self, raw: str | Any) -> Any:
+        """Convert a textual (or already typed) value, enforcing range and choices."""
+        if isinstance(raw, str):
+            text = raw.strip()
+            try:
+                if self.type is bool:
+                    low = text.lower()
+                    if low not in ("true", "false"):
+                        raise ValueError
+                    value: Any = low == "true"
+                elif self.type is int:
+                    value = int(text.replace("_", ""))
+                elif self.type is float:
+                    value = float(text)
+                else:
+                    value = text
+            except ValueError:
+                kind = {bool: "true or false", int: "an integer", float: "a number"}[self.type]
+                raise ConfigError(f"{self.name}: expected {kind}, got {raw!r}") from None
+        else:
+            value = raw
+            ok = isinstance(value, self.type) and (self.type is bool or not isinstance(value, bool))
+            if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+                value, ok = float(value), True
+            if not ok:
+                raise ConfigError(f"{self.name}: expected {self.type.__name__}, got {raw!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(f"{self.name}: must be >= {self.minimum}, got {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise ConfigError(f"{self.name}: must be <= {self.maximum}, got {value}")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{self.name}: must be one of {', '.join(self.choices)}, got {value!r}")
+        return value
+
+
+REGISTRY: dict[str, Setting] = {}
+
+# Modules that declare settings at import time; rendering the docs imports those that exist,
+# so the page does not depend on what happened to be imported before.
+DECLARING_MODULES: list[str] = ["cohort.server.groups"]
+
+
+def load_declarations() -> None:
+    import importlib
+    import importlib.util
+
+    for name in DECLARING_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            importlib.import_module(name)
+
+
+def declare(
+    name: str,
+    type: type,
+    default: Any,
+    doc: str,
+    *,
+    minimum: int | float | None = None,
+    maximum: int | float | None = None,
+    choices: Iterable[str] | None = None,
+    group: str = "broker",
+) -> Setting:
+    """Register a setting (idempotent for an identical declaration)."""
+    setting = Setting(name, type, default, doc, minimum, maximum, tuple(choices) if choices else None, group)
+    existing = REGISTRY.get(name)
+    if existing is not None and existing != setting:
+        raise ValueError(f"setting {name!r} is already declared differently")
+    REGISTRY[name] = setting
+    return setting
+
+
+# --- broker settings --------------------------------------------------------------------------
+
+declare("listener.host", str, "127.0.0.1", "Address the broker listens on (`--host`).", group="server")
+declare("listener.port", int, 9092, "TCP port the broker listens on (`--port`); 0 picks a free port.",
+        minimum=0, maximum=65535, group="server")
+declare("advertised.host", str, "", "Host name given to clients in Metadata and FindCoordinator "
+        "(`--advertised-host`); empty means the listen host.", group="server")
+declare("node.id", int, 1, "This broker's node id.", minimum=0, group="server")
+declare("log.dir", str, "./data", "Directory holding partition logs and topic metadata (`--data-dir`).",
+        group="server")
+declare("socket.request.max.bytes", int, 104857600, "Largest request frame accepted; a larger one "
+        "closes the connection.", minimum=1024, group="server")
+declare("queued.max.requests", int, 500, "Requests read ahead on one connection before the server "
+        "stops reading from it (responses still leave in order).", minimum=1, group="server")
+declare("num.partitions", int, 1, "Partitions of an auto-created topic, and of CreateTopics with "
+        "num_partitions=-1.", minimum=1, group="topics")
+declare("auto.create.topics.enable", bool, True, "Create unknown topics (with `num.partitions`) when a "
+        "Metadata request allows it.", group="topics")
+declare("default.replication.factor", int, 1, "Replication factor reported for topics; cohort is a "
+        "single node, so only 1 is accepted.", minimum=1, maximum=1, group="topics")
+declare("message.max.bytes", int, 1048588, "Largest record batch a Produce request may carry "
+        "(MESSAGE_TOO_LARGE otherwise).", minimum=128, group="topics")
+declare("log.segment.bytes", int, 1073741824, "Size at which a partition's active segment is rolled.",
+        minimum=1024, group="log")
+declare("log.index.interval.bytes", int, 4096, "Bytes between offset-index entries.", minimum=1, group="log")
+declare("log.flush.interval.messages", int, LONG_MAX, "fsync a partition log after this many messages "
+        "(the default leaves flushing to the OS, as Kafka does). The coordinator's log is always "
+        "fsynced before a response leaves.", minimum=1, group="log")
+declare("offsets.topic.segment.bytes", int, 104857600, "Segment size of the `__consumer_offsets` log.",
+        minimum=1024, group="log")
+declare("fetch.max.bytes", int, 57671680, "Upper bound on the bytes one Fetch response carries.",
+        minimum=1024, group="topics")
+
+
+class Config(Mapping[str, Any]):
+    """Resolved settings: defaults < properties file < overrides."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values = {s.name: s.default for s in REGISTRY.values()}
+        for name, raw in (values or {}).items():
+            self._values[name] = _lookup(name).parse(raw)
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            setting = REGISTRY.get(name)  # declared after this Config was built
+            if setting is None:
+                raise
+            return setting.default
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def replace(self, values: Mapping[str, Any]) -> "Config":
+        """A copy with some settings changed (values typed or textual)."""
+        merged = dict(self._values)
+        merged.update(values)
+        return Config(merged)
+
+    @classmethod
+    def load(cls, path: str | None = None, overrides: Iterable[str] = ()) -> "Config":
+        """Defaults, then ``path`` (properties), then ``key=value`` overrides."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+            for name, raw in parse_properties(text, source=path).items():
+                values[name] = _lookup(name, path).parse(raw)
+        for item in overrides:
+            name, sep, raw = item.partition("=")
+            if not sep or not name.strip():
+                raise ConfigError(f"override {item!r} is not of the form key=value")
+            name = name.strip()
+            values[name] = _lookup(name, "-o").parse(raw)
+        return cls(values)
+
+
+def _lookup(name: str, source: str | None = None) -> Setting:
+    setting = REGISTRY.get(name)
+    if setting is None:
+        where = f" (in {source})" if source else ""
+        raise ConfigError(f"unknown setting {name!r}{where}; see docs/configuration.md")
+    return setting
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """Parse Java-style properties: ``key=value``, ``key: value`` or ``key value``; ``#``/``!``
+    comments; a trailing backslash continues the line."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        lineno = i + 1
+        line = lines[i].strip()
+        i += 1
+        while line.endswith("\\") and i < len(lines):
+            line = line[:-1] + lines[i].strip()
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        cut = min((line.index(c) for c in "=: \t" if c in line), default=-1)
+        if cut <= 0:
+            raise ConfigError(f"{source}:{lineno}: expected key=value, got {line!r}")
+        rest = line[cut:].lstrip()
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:]
+        out[line[:cut]] = rest.strip()
+    return out
+
+
+def render_markdown() -> str:
+    """docs/configuration.md, generated from the registry."""
+    load_declarations()
+    parts = [
+        "# Configuration\n",
+        "cohort reads settings from built-in defaults, then a Kafka-style properties file "
+        "(`cohort serve --config FILE`), then `-o key=value` overrides (repeatable). Names follow "
+        "Kafka where Kafka has the setting. The `serve` options `--host`, `--port`, "
+        "`--advertised-host` and `--data-dir` set `listener.host`, `listener.port`, "
+        "`advertised.host` and `log.dir`. Unknown names and bad values stop the server with a "
+        "one-line error.\n",
+        "This page is generated: `python -m cohort.config > docs/configuration.md`.\n",
+    ]
+    groups: dict[str, list[Setting]] = {}
+    for s in REGISTRY.values():
+        groups.setdefault(s.group, []).append(s)
+    for group in sorted(groups):
+        parts.append(f"## {group}\n")
+        parts.append("| setting | type | default | description |")
+        parts.append("|---|---|---|---|")
+        for s in sorted(groups[group], key=lambda s: s.name):
+            default = str(s.default).lower() if s.type is bool else repr(s.default) if s.type is str else s.default
+            parts.append(f"| `{s.name}` | {s.type.__name__} | `{default}` | {s.doc} |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -1,0 +1,151 @@
+"""Request decoding and response encoding on top of kio, with kio's gaps wrapped.
+
+A frame here is the bytes after the 4-byte size prefix. Request headers are parsed by hand
+(cheap, and lets us skip header tags); bodies go through kio's native reader. Unknown tagged
+fields, which kio rejects, are stripped and the body parsed again (see :mod:`.tagged`).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from cohort.protocol.tagged import Truncated, read_uvarint, strip_unknown_tags
+from cohort.protocol.versions import API_VERSIONS_KEY, ApiCodec, VersionTable
+
+_HEAD = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+UNSUPPORTED_VERSION = 35
+
+
+class MalformedRequest(ValueError):
+    """The frame cannot be parsed; Kafka closes the connection in this case."""
+
+
+class UnsupportedApi(ValueError):
+    """The (api_key, version) pair is not served. ApiVersions answers it; others close."""
+
+    def __init__(self, api_key: int, version: int, correlation_id: int) -> None:
+        super().__init__(f"unsupported api_key={api_key} version={version}")
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    codec: ApiCodec
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a frame, or MalformedRequest if too short."""
+    if len(frame) < 8:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    return _HEAD.unpack_from(frame, 0)
+
+
+def _skip_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
+    """Parse client_id (always a legacy nullable string) and, for header v2, skip its tags."""
+    if len(frame) < 10:
+        raise MalformedRequest("request header truncated")
+    (n,) = struct.unpack_from(">h", frame, 8)
+    pos = 10
+    client_id = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise MalformedRequest("client_id runs past the end of the frame")
+        try:
+            client_id = frame[pos : pos + n].decode()
+        except UnicodeDecodeError as exc:
+            raise MalformedRequest("client_id is not UTF-8") from exc
+        pos += n
+    elif n != -1:
+        raise MalformedRequest(f"bad client_id length {n}")
+    if flexible:
+        try:
+            count, pos = read_uvarint(frame, pos)
+            for _ in range(count):
+                _, pos = read_uvarint(frame, pos)
+                size, pos = read_uvarint(frame, pos)
+                pos += size
+        except Truncated as exc:
+            raise MalformedRequest(f"request header tags: {exc}") from exc
+        if pos > len(frame):
+            raise MalformedRequest("request header tags run past the end of the frame")
+    return client_id, pos
+
+
+def decode_request(frame: bytes, table: VersionTable) -> DecodedRequest:
+    """Decode a whole request frame.
+
+    Raises :class:`UnsupportedApi` for pairs not in ``table`` and :class:`MalformedRequest`
+    for anything that does not parse.
+    """
+    api_key, version, correlation_id = peek_header(frame)
+    codec = table.get(api_key, version)
+    if codec is None:
+        raise UnsupportedApi(api_key, version, correlation_id)
+    client_id, pos = _skip_header(frame, codec.request_header_flexible)
+    try:
+        body, _ = codec.read_request(frame, pos)
+    except KeyError as exc:
+        if "tagged field" not in str(exc):
+            raise MalformedRequest(f"cannot parse body: {exc!r}") from exc
+        try:
+            cleaned = strip_unknown_tags(codec.request_type, frame, pos)
+            body, _ = codec.read_request(cleaned, 0)
+        except Exception as exc2:  # noqa: BLE001 - any failure here means malformed input
+            raise MalformedRequest(f"cannot parse body: {exc2!r}") from exc2
+    except Exception as exc:  # noqa: BLE001 - kio raises several types on bad bytes
+        raise MalformedRequest(f"cannot parse body: {exc!r}") from exc
+    return DecodedRequest(api_key, version, correlation_id, client_id, body, codec)
+
+
+def encode_response(correlation_id: int, codec: ApiCodec, response: Any) -> bytes:
+    """Size-prefixed response frame: header v0 or v1 (as the API/version demands) + body."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(_SIZE.pack(correlation_id))
+    if codec.response_header_flexible:
+        buf.write(b"\0")
+    codec.write_response(buf, response)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def api_versions_fallback(correlation_id: int, ranges: dict[int, tuple[int, int]]) -> bytes:
+    """The v0-format ApiVersions answer to a version we do not know: UNSUPPORTED_VERSION plus
+    our ranges, so the client can retry with a version we serve (KIP-511)."""
+    body = bytearray(_SIZE.pack(correlation_id))
+    body += struct.pack(">hi", UNSUPPORTED_VERSION, len(ranges))
+    for key in sorted(ranges):
+        lo, hi = ranges[key]
+        body += struct.pack(">hhh", key, lo, hi)
+    return _SIZE.pack(len(body)) + bytes(body)
+
+
+def frame_size(prefix: bytes) -> int:
+    """The size announced by a 4-byte prefix (may be negative for garbage)."""
+    return _SIZE.unpack(prefix)[0]
+
+
+__all__ = [
+    "API_VERSIONS_KEY",
+    "DecodedRequest",
+    "MalformedRequest",
+    "UnsupportedApi",
+    "api_versions_fallback",
+    "decode_request",
+    "encode_response",
+    "frame_size",
+    "peek_header",
+]

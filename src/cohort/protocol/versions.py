@@ -1,0 +1,100 @@
+"""Which (api_key, version) pairs cohort serves, with their kio readers and writers built once.
+
+Building kio readers/writers costs about 10 ms per pair, so the table is built once per process
+(at server start) and shared. The ranges are chosen so every real client negotiates a version
+it handles (see docs/broker.md): the maxima cover what librdkafka, kafka-python, aiokafka,
+kcat and kafkajs send; the minima are kio's (Kafka 4 removed older versions).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+# api_key -> (name, min_version, max_version) that cohort can decode and answer.
+SUPPORTED: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 10),
+    1: ("Fetch", 4, 16),
+    2: ("ListOffsets", 1, 7),
+    3: ("Metadata", 0, 13),
+    8: ("OffsetCommit", 2, 10),
+    9: ("OffsetFetch", 1, 10),
+    10: ("FindCoordinator", 0, 6),
+    11: ("JoinGroup", 0, 9),
+    12: ("Heartbeat", 0, 4),
+    13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 5),
+    16: ("ListGroups", 0, 5),
+    18: ("ApiVersions", 0, 4),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 6),
+    22: ("InitProducerId", 0, 4),
+    32: ("DescribeConfigs", 1, 4),
+    42: ("DeleteGroups", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    47: ("OffsetDelete", 0, 0),
+    60: ("DescribeCluster", 0, 1),
+    68: ("ConsumerGroupHeartbeat", 0, 1),
+    69: ("ConsumerGroupDescribe", 0, 1),
+}
+
+API_VERSIONS_KEY = 18
+API_VERSIONS_MAX = SUPPORTED[API_VERSIONS_KEY][2]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCodec:
+    """Everything needed to decode one request version and encode its response."""
+
+    api_key: int
+    version: int
+    request_type: type
+    read_request: Callable[[Any, int], tuple[Any, int]]
+    request_header_flexible: bool
+    response_type: type
+    write_response: Callable[[Any, Any], None]
+    response_header_flexible: bool
+
+
+def _build(api_key: int, version: int) -> ApiCodec:
+    req = load_request_schema(api_key, version)
+    resp = load_response_schema(api_key, version)
+    return ApiCodec(
+        api_key=api_key,
+        version=version,
+        request_type=req,
+        read_request=entity_reader(req),
+        request_header_flexible=req.__header_schema__.__version__ >= 2,
+        response_type=resp,
+        write_response=entity_writer(resp),
+        # ApiVersions responses always use header v0 (kio encodes this in the schema).
+        response_header_flexible=resp.__header_schema__.__version__ >= 1,
+    )
+
+
+class VersionTable:
+    """The codecs for every supported pair; ``get`` is a dict lookup on the hot path."""
+
+    def __init__(self, supported: dict[int, tuple[str, int, int]] = SUPPORTED) -> None:
+        self.ranges = {k: (lo, hi) for k, (_, lo, hi) in supported.items()}
+        self.names = {k: name for k, (name, _, _) in supported.items()}
+        self._codecs: dict[tuple[int, int], ApiCodec] = {
+            (k, v): _build(k, v) for k, (lo, hi) in self.ranges.items() for v in range(lo, hi + 1)
+        }
+
+    def get(self, api_key: int, version: int) -> ApiCodec | None:
+        return self._codecs.get((api_key, version))
+
+    def codec(self, api_key: int, version: int) -> ApiCodec:
+        return self._codecs[(api_key, version)]
+
+
+@functools.cache
+def default_table() -> VersionTable:
+    """The process-wide table (built on first use, about a second)."""
+    return VersionTable()

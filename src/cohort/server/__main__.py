@@ -1,0 +1,3 @@
+from cohort.server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""``cohort serve``: run a single-node broker until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from cohort.config import Config, ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``serve`` on a subparsers object; the parsed args carry ``func`` -> exit code."""
+    p = subparsers.add_parser(
+        "serve",
+        help="run a Kafka-compatible broker",
+        description="Run a single-node Kafka-compatible broker (defaults: 127.0.0.1:9092, data in ./data, "
+        "node id 1). Settings are listed in docs/configuration.md.",
+    )
+    p.add_argument("--host", help="listen address (listener.host, default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (listener.port, default 9092; 0 picks a free port)")
+    p.add_argument("--advertised-host", help="host name given to clients (advertised.host)")
+    p.add_argument("--data-dir", help="data directory (log.dir, default ./data)")
+    p.add_argument("--config", metavar="FILE", help="Kafka-style properties file")
+    p.add_argument("-o", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one setting (repeatable)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run)
+    return p
+
+
+def resolve_config(args: argparse.Namespace) -> Config:
+    """File, then -o overrides, then the dedicated flags (which win)."""
+    config = Config.load(args.config, args.overrides)
+    flags = {
+        "listener.host": args.host,
+        "listener.port": args.port,
+        "advertised.host": args.advertised_host,
+        "log.dir": args.data_dir,
+    }
+    return config.replace({k: v for k, v in flags.items() if v is not None})
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = resolve_config(args)
+    except ConfigError as exc:
+        print(f"cohort serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        return runner(serve(config))
+    except OSError as exc:
+        print(f"cohort serve: {exc}", file=sys.stderr)
+        return 1
+
+
+async def serve(config: Config) -> int:
+    from cohort.server.server import Server
+
+    server = Server(config)
+    try:
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"cohort: listening on {server.host}:{server.port}", flush=True)
+        await stop.wait()
+        logging.getLogger("cohort.server").info("shutting down")
+    finally:
+        await server.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cohort")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)

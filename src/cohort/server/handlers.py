@@ -1,0 +1,384 @@
+"""Handlers for the broker's own APIs (everything except the group coordinator's).
+
+One function per API serves every version: responses are built with
+:func:`cohort.protocol.entities.build`, which drops fields a version lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from cohort.broker import BrokerError
+from cohort.broker import broker as codes
+from cohort.broker.topics import topic_name_error
+from cohort.protocol import DecodedRequest
+from cohort.protocol.entities import build, has_field, nested
+from cohort.server.api import NO_RESPONSE, CloseConnection
+
+if TYPE_CHECKING:
+    from cohort.server.server import RequestContext, Server
+
+ZERO = datetime.timedelta(0)
+NULL_UUID = uuid.UUID(int=0)
+UNKNOWN_OPS = -2147483648  # "authorized operations not requested"
+
+E = ErrorCode
+
+
+def install(server: "Server") -> None:
+    """Register the core APIs with the version ranges cohort advertises."""
+    reg = server.apis.register
+    reg(18, api_versions)
+    reg(3, metadata)
+    reg(0, produce)
+    reg(1, fetch)
+    reg(2, list_offsets)
+    reg(19, create_topics)
+    reg(20, delete_topics)
+    reg(22, init_producer_id)
+    reg(10, find_coordinator)
+    reg(60, describe_cluster)
+
+
+# --- ApiVersions ------------------------------------------------------------------------------
+
+
+def api_versions(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    resp = req.codec.response_type
+    entry = nested(resp, "api_keys")
+    keys = tuple(entry(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in ctx.server.apis.advertised().items())
+    return build(resp, error_code=E.none, api_keys=keys, throttle_time=ZERO)
+
+
+# --- Metadata ---------------------------------------------------------------------------------
+
+
+def _broker_entries(ctx: "RequestContext", cls: type) -> tuple:
+    return (build(cls, node_id=ctx.broker.node_id, host=ctx.server.advertised_host, port=ctx.server.port, rack=None),)
+
+
+def metadata(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    body = req.body
+    broker = ctx.broker
+    resp = req.codec.response_type
+    topic_cls = nested(resp, "topics")
+    part_cls = nested(topic_cls, "partitions")
+    with_ids = has_field(topic_cls, "topic_id")
+    # v0: an empty list means all topics; v1+: null means all topics.
+    if body.topics is None or (req.version == 0 and not body.topics):
+        wanted = [(t.name, None) for t in broker.topics.values()]
+    else:
+        wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
+    allow_create = getattr(body, "allow_auto_topic_creation", True)
+    out = []
+    for name, topic_id in wanted:
+        if name is None:
+            topic = broker.topic_by_id(topic_id) if topic_id not in (None, NULL_UUID) else None
+            if topic is None:
+                out.append(build(topic_cls, error_code=E.unknown_topic_id, name=None, topic_id=topic_id or NULL_UUID,
+                                 is_internal=False, partitions=(), topic_authorized_operations=UNKNOWN_OPS))
+                continue
+        else:
+            topic = broker.topics.get(name)
+            if topic is None and allow_create:
+                try:
+                    topic = broker.auto_create(name)
+                except BrokerError:
+                    topic = None
+            if topic is None:
+                error = E.invalid_topic_exception if topic_name_error(name) else E.unknown_topic_or_partition
+                out.append(build(topic_cls, error_code=error, name=name, topic_id=NULL_UUID, is_internal=False,
+                                 partitions=(), topic_authorized_operations=UNKNOWN_OPS))
+                continue
+        node = broker.node_id
+        parts = tuple(
+            build(part_cls, error_code=E.none, partition_index=p, leader_id=node, leader_epoch=0,
+                  replica_nodes=(node,), isr_nodes=(node,), offline_replicas=())
+            for p in range(topic.partitions)
+        )
+        out.append(build(topic_cls, error_code=E.none, name=topic.name, topic_id=topic.id if with_ids else None,
+                         is_internal=topic.internal, partitions=parts, topic_authorized_operations=UNKNOWN_OPS))
+    return build(
+        resp, throttle_time=ZERO, brokers=_broker_entries(ctx, nested(resp, "brokers")), cluster_id=broker.cluster_id,
+        controller_id=broker.node_id, topics=tuple(out), cluster_authorized_operations=UNKNOWN_OPS, error_code=E.none,
+    )
+
+
+# --- Produce ----------------------------------------------------------------------------------
+
+
+def produce(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    body = req.body
+    broker = ctx.broker
+    resp = req.codec.response_type
+    topic_cls = nested(resp, "responses")
+    part_cls = nested(topic_cls, "partition_responses")
+    acks = body.acks
+    topics = []
+    for t in body.topic_data:
+        parts = []
+        for p in t.partition_data:
+            if acks not in (0, 1, -1):
+                error, base, start, msg = E.invalid_required_acks, -1, -1, f"acks={acks} is not 0, 1 or -1"
+            elif body.transactional_id is not None:
+                error, base, start, msg = E.transactional_id_authorization_failed, -1, -1, "transactions are not supported"
+            else:
+                r = broker.produce(t.name, p.index, p.records)
+                error, base, start, msg = r.error, r.base_offset, r.log_start_offset, r.message
+            parts.append(build(part_cls, index=p.index, error_code=E(error), base_offset=base, log_append_time=None,
+                               log_start_offset=start, record_errors=(), error_message=msg))
+        topics.append(build(topic_cls, name=t.name, partition_responses=tuple(parts)))
+    if acks == 0:
+        failed = [(t.name, p.index, p.error_code) for t in topics for p in t.partition_responses if p.error_code != E.none]
+        if failed:
+            raise CloseConnection(f"acks=0 produce failed: {failed[0][0]}-{failed[0][1]}: {failed[0][2].name}")
+        return NO_RESPONSE
+    return build(resp, responses=tuple(topics), throttle_time=ZERO)
+
+
+# --- Fetch ------------------------------------------------------------------------------------
+
+
+def fetch(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    body = req.body
+    if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
+        resp = req.codec.response_type
+        return build(resp, throttle_time=ZERO, error_code=E.fetch_session_id_not_found, session_id=0, responses=())
+    response, nbytes, keys, errors = _fetch_once(ctx, req)
+    wait_ms = body.max_wait.total_seconds() * 1000
+    if nbytes >= body.min_bytes or wait_ms <= 0 or errors or not keys:
+        return response
+    return _fetch_long_poll(ctx, req, wait_ms / 1000, keys)
+
+
+async def _fetch_long_poll(ctx: "RequestContext", req: DecodedRequest, timeout: float, keys: list) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        if not await ctx.server.waiters.wait(keys, remaining):
+            break
+        response, nbytes, _, errors = _fetch_once(ctx, req)
+        if nbytes >= req.body.min_bytes or errors:
+            return response
+    return _fetch_once(ctx, req)[0]
+
+
+def _fetch_once(ctx: "RequestContext", req: DecodedRequest) -> tuple[Any, int, list, bool]:
+    """Build a full (sessionless) response: every requested partition is answered."""
+    body = req.body
+    broker = ctx.broker
+    resp = req.codec.response_type
+    topic_cls = nested(resp, "responses")
+    part_cls = nested(topic_cls, "partitions")
+    by_id = req.version >= 13
+    budget = min(body.max_bytes, ctx.config["fetch.max.bytes"])
+    total = 0
+    keys = []
+    errors = False
+    topics = []
+    for t in body.topics:
+        topic = broker.topic_by_id(t.topic_id) if by_id else broker.topics.get(t.topic)
+        parts = []
+        for p in t.partitions:
+            if topic is None:
+                error, hw, start, data = (E.unknown_topic_id if by_id else E.unknown_topic_or_partition), -1, -1, b""
+            elif p.partition < 0 or p.partition >= topic.partitions:
+                error, hw, start, data = E.unknown_topic_or_partition, -1, -1, b""
+            else:
+                log = broker.log(topic.name, p.partition)
+                hw = broker.high_watermark(topic.name, p.partition)
+                start = log.start_offset
+                # KIP-74: only the first non-empty partition may exceed the limits.
+                limit = min(p.partition_max_bytes, budget - total)
+                code, data = broker.read(topic.name, p.partition, p.fetch_offset, max(limit, 0), allow_oversize=total == 0)
+                error = E(code)
+                total += len(data)
+                keys.append((topic.name, p.partition))
+            errors = errors or error != E.none
+            parts.append(build(part_cls, partition_index=p.partition, error_code=error, high_watermark=hw,
+                               last_stable_offset=hw, log_start_offset=start, aborted_transactions=None,
+                               preferred_read_replica=-1, records=data))
+        topics.append(build(topic_cls, topic=getattr(t, "topic", None), topic_id=getattr(t, "topic_id", None),
+                            partitions=tuple(parts)))
+    response = build(resp, throttle_time=ZERO, error_code=E.none, session_id=0, responses=tuple(topics))
+    return response, total, keys, errors
+
+
+# --- ListOffsets ------------------------------------------------------------------------------
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+def list_offsets(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    broker = ctx.broker
+    resp = req.codec.response_type
+    topic_cls = nested(resp, "topics")
+    part_cls = nested(topic_cls, "partitions")
+    topics = []
+    for t in req.body.topics:
+        topic = broker.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            error, offset, ts = E.none, -1, -1
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                error = E.unknown_topic_or_partition
+            else:
+                log = broker.log(topic.name, p.partition_index)
+                if p.timestamp == LATEST:
+                    offset = broker.high_watermark(topic.name, p.partition_index)
+                elif p.timestamp == EARLIEST:
+                    offset = log.start_offset
+                elif p.timestamp == MAX_TIMESTAMP and req.version >= 7:
+                    found = log.max_timestamp()
+                    if found is not None:
+                        offset, ts = found
+                elif p.timestamp >= 0:
+                    found = log.offset_for_timestamp(p.timestamp)
+                    if found is not None:
+                        offset, ts = found
+                else:
+                    error = E.invalid_request
+            parts.append(build(part_cls, partition_index=p.partition_index, error_code=error, timestamp=ts,
+                               offset=offset, leader_epoch=0))
+        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
+    return build(resp, throttle_time=ZERO, topics=tuple(topics))
+
+
+# --- CreateTopics / DeleteTopics --------------------------------------------------------------
+
+
+def create_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    body = req.body
+    broker = ctx.broker
+    resp = req.codec.response_type
+    result_cls = nested(resp, "topics")
+    config_cls = nested(result_cls, "configs") if has_field(result_cls, "configs") else None
+    names = [t.name for t in body.topics]
+    results = []
+    for t in body.topics:
+        topic_id, partitions, configs = NULL_UUID, -1, {}
+        try:
+            if names.count(t.name) > 1:
+                raise BrokerError(codes.INVALID_REQUEST, f"topic {t.name!r} appears more than once in the request")
+            partitions = t.num_partitions
+            if t.assignments:
+                if partitions != -1 or t.replication_factor != -1:
+                    raise BrokerError(codes.INVALID_REQUEST, "replica assignments require num_partitions and replication_factor of -1")
+                if sorted(a.partition_index for a in t.assignments) != list(range(len(t.assignments))) or any(
+                    tuple(a.broker_ids) != (broker.node_id,) for a in t.assignments
+                ):
+                    raise BrokerError(E.invalid_replica_assignment, f"assignments must place partitions 0..n-1 on broker {broker.node_id}")
+                partitions = len(t.assignments)
+            requested = {c.name: c.value for c in t.configs}
+            if body.validate_only:
+                partitions, configs = broker.validate_new_topic(t.name, partitions, t.replication_factor, requested)
+            else:
+                topic = broker.create_topic(t.name, partitions, requested, replication_factor=t.replication_factor)
+                topic_id, partitions, configs = topic.id, topic.partitions, topic.configs
+            error, message = E.none, None
+        except BrokerError as exc:
+            error, message = E(exc.code), exc.message
+        cfgs = None
+        if config_cls is not None and error == E.none:
+            cfgs = tuple(build(config_cls, name=k, value=v, read_only=False, config_source=1, is_sensitive=False)
+                         for k, v in sorted(configs.items()))
+        results.append(build(result_cls, name=t.name, topic_id=topic_id, error_code=error, error_message=message,
+                             topic_config_error_code=0, num_partitions=partitions if error == E.none else -1,
+                             replication_factor=1 if error == E.none else -1, configs=cfgs))
+    return build(resp, throttle_time=ZERO, topics=tuple(results))
+
+
+def delete_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    body = req.body
+    broker = ctx.broker
+    resp = req.codec.response_type
+    result_cls = nested(resp, "responses")
+    if has_field(type(body), "topics"):
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    else:
+        wanted = [(name, None) for name in body.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        error, message = E.none, None
+        try:
+            if name is None:
+                topic = broker.topic_by_id(topic_id) if topic_id not in (None, NULL_UUID) else None
+                if topic is None:
+                    raise BrokerError(codes.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                name = topic.name
+            elif topic_id not in (None, NULL_UUID):
+                raise BrokerError(codes.INVALID_REQUEST, "give a topic name or a topic id, not both")
+            topic = broker.delete_topic(name)
+            topic_id = topic.id
+        except BrokerError as exc:
+            error, message = E(exc.code), exc.message
+        results.append(build(result_cls, name=name, topic_id=topic_id or NULL_UUID, error_code=error, error_message=message))
+    return build(resp, throttle_time=ZERO, responses=tuple(results))
+
+
+# --- InitProducerId ---------------------------------------------------------------------------
+
+
+def init_producer_id(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    body = req.body
+    resp = req.codec.response_type
+    if body.transactional_id is not None:
+        return build(resp, throttle_time=ZERO, error_code=E.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+    pid = getattr(body, "producer_id", -1)
+    epoch = getattr(body, "producer_epoch", -1)
+    if pid >= 0 and 0 <= epoch < 32766:
+        # An idempotent producer bumping its epoch after an error keeps its id.
+        return build(resp, throttle_time=ZERO, error_code=E.none, producer_id=pid, producer_epoch=epoch + 1)
+    return build(resp, throttle_time=ZERO, error_code=E.none, producer_id=ctx.broker.next_producer_id(), producer_epoch=0)
+
+
+# --- FindCoordinator --------------------------------------------------------------------------
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    """Every group is coordinated by this node; transactions are not supported."""
+    body = req.body
+    resp = req.codec.response_type
+    key_type = getattr(body, "key_type", GROUP_KEY)
+    if key_type == GROUP_KEY:
+        error, message, node = E.none, None, ctx.broker.node_id
+    elif key_type == TRANSACTION_KEY:
+        error, message, node = E.coordinator_not_available, "transactions are not supported", -1
+    else:
+        error, message, node = E.invalid_request, f"unknown key_type {key_type}", -1
+    host, port = (ctx.server.advertised_host, ctx.server.port) if node >= 0 else ("", -1)
+    if has_field(resp, "coordinators"):
+        entry = nested(resp, "coordinators")
+        coords = tuple(build(entry, key=k, node_id=node, host=host, port=port, error_code=error, error_message=message)
+                       for k in body.coordinator_keys)
+        return build(resp, throttle_time=ZERO, coordinators=coords)
+    return build(resp, throttle_time=ZERO, error_code=error, error_message=message, node_id=node, host=host, port=port)
+
+
+# --- DescribeCluster --------------------------------------------------------------------------
+
+
+def describe_cluster(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    resp = req.codec.response_type
+    endpoint_type = getattr(req.body, "endpoint_type", 1)
+    brokers = (
+        build(nested(resp, "brokers"), broker_id=ctx.broker.node_id, host=ctx.server.advertised_host, port=ctx.server.port, rack=None),
+    )
+    if endpoint_type != 1:
+        return build(resp, throttle_time=ZERO, error_code=E.unsupported_endpoint_type, error_message="only broker endpoints are described",
+                     endpoint_type=endpoint_type, cluster_id=ctx.broker.cluster_id, controller_id=-1, brokers=(),
+                     cluster_authorized_operations=UNKNOWN_OPS)
+    return build(resp, throttle_time=ZERO, error_code=E.none, error_message=None, endpoint_type=1,
+                 cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.node_id, brokers=brokers,
+                 cluster_authorized_operations=UNKNOWN_OPS)
+

@@ -1,0 +1,230 @@
+"""Helpers for tests and benchmarks: servers on free ports of 127.0.0.1 and a raw wire client.
+
+``ServerThread`` runs a real :class:`Server` on its own event loop in this process;
+``ServerProcess`` runs ``cohort serve`` as a child process (stopped with SIGTERM). Real clients
+talk to either over TCP. ``WireClient`` speaks the protocol with kio entities or raw bytes,
+for bad-input tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import io
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from cohort.config import Config
+
+
+class ServerThread:
+    def __init__(self, data_dir: str, settings: Mapping[str, Any] | None = None, *, plugins: tuple[str, ...] | None = None) -> None:
+        """``plugins=()`` runs the core broker only (no group coordinator adapter)."""
+        values = {"log.dir": str(data_dir), "listener.host": "127.0.0.1", "listener.port": 0}
+        values.update(settings or {})
+        self.config = Config(values)
+        self.plugins = plugins
+        self.loop = asyncio.new_event_loop()
+        self.server = None
+        self._thread = threading.Thread(target=self.loop.run_forever, name="cohort-test-server", daemon=True)
+
+    def start(self) -> "ServerThread":
+        from cohort.server.server import Server
+
+        self._thread.start()
+
+        async def boot():
+            if self.plugins is None:
+                self.server = Server(self.config)
+            else:
+                self.server = Server(self.config, plugins=self.plugins)
+            await self.server.start()
+
+        self.run(boot())
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def run(self, coro, timeout: float = 30) -> Any:
+        """Run a coroutine on the server's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Callable[[], Any], timeout: float = 30) -> Any:
+        """Run ``fn()`` on the server's loop thread (broker state is not thread-safe)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def go():
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001
+                fut.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(go)
+        return fut.result(timeout)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.run(self.server.stop())
+            self.server = None
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    def __enter__(self) -> "ServerThread":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class WireClient:
+    """A blocking Kafka protocol client for tests."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self._corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "WireClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def encode(self, api_key: int, version: int, body: Any, correlation_id: int | None = None, client_id: str | None = "test") -> bytes:
+        req = load_request_schema(api_key, version)
+        hdr_cls = req.__header_schema__
+        if correlation_id is None:
+            self._corr += 1
+            correlation_id = self._corr
+        buf = io.BytesIO()
+        entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=api_key, request_api_version=version,
+                                             correlation_id=correlation_id, client_id=client_id))
+        entity_writer(req)(buf, body)
+        payload = buf.getvalue()
+        return struct.pack(">i", len(payload)) + payload
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes | None:
+        """One response frame (without its size prefix), or None if the server closed."""
+        head = self._recv_exact(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self._recv_exact(size)
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        chunks = []
+        while n:
+            try:
+                chunk = self.sock.recv(n)
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def decode(self, api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+        resp = load_response_schema(api_key, version)
+        (corr,) = struct.unpack_from(">i", frame, 0)
+        pos = 4 + (1 if resp.__header_schema__.__version__ >= 1 else 0)
+        body, _ = entity_reader(resp)(frame, pos)
+        return corr, body
+
+    def request(self, api_key: int, version: int, body: Any) -> Any:
+        """Send one request and return the decoded response body."""
+        self.send_raw(self.encode(api_key, version, body))
+        frame = self.recv_frame()
+        if frame is None:
+            raise ConnectionError("server closed the connection")
+        corr, resp = self.decode(api_key, version, frame)
+        if corr != self._corr:
+            raise AssertionError(f"correlation id {corr} != {self._corr}")
+        return resp
+
+    def closed_by_server(self, timeout: float = 5) -> bool:
+        """True if the server closes the connection (EOF) within ``timeout`` seconds."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+
+class ServerProcess:
+    """``python -m cohort.server serve`` as a child process on a free port (127.0.0.1)."""
+
+    def __init__(self, data_dir: str, *overrides: str, log_path: str | None = None) -> None:
+        self.data_dir = str(data_dir)
+        self.overrides = overrides
+        self.log_path = log_path or os.path.join(self.data_dir, "..", "cohort-server.log")
+        self.proc: subprocess.Popen | None = None
+        self.port = -1
+
+    def start(self, timeout: float = 30) -> "ServerProcess":
+        cmd = [sys.executable, "-m", "cohort.server", "serve", "--host", "127.0.0.1", "--port", "0",
+               "--data-dir", self.data_dir]
+        for o in self.overrides:
+            cmd += ["-o", o]
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
+        deadline = time.monotonic() + timeout
+        line = b""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith(b"cohort: listening on ") or not line:
+                break
+        if not line.startswith(b"cohort: listening on "):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"server did not start; see {self.log_path}")
+        self.port = int(line.rsplit(b":", 1)[1])
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self, timeout: float = 20, sig: int = signal.SIGTERM) -> int:
+        """Send ``sig`` (SIGTERM or SIGINT) and wait; returns the exit code (0 when clean)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode
+        self.proc.stdout.close()
+        self._log.close()
+        self.proc = None
+        return code
