@@ -1,0 +1,173 @@
+"""Broker-level coordinator configuration and per-group dynamic overrides.
+
+Names, defaults and bounds follow Kafka's `GroupCoordinatorConfig` and `GroupConfig`
+(KIP-848: session timeout 45 s in [45 s, 60 s], heartbeat interval 5 s in [5 s, 15 s]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from cohort.coordinator.errors import CoordinatorError, Errors
+
+INT_MAX = 2**31 - 1
+
+
+def _int(props: Mapping[str, object], name: str, default: int) -> int:
+    raw = props.get(name, default)
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _list(props: Mapping[str, object], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = props.get(name, default)
+    if isinstance(raw, str):
+        items = tuple(s.strip() for s in raw.split(",") if s.strip())
+    else:
+        items = tuple(str(s).strip() for s in raw)  # type: ignore[union-attr]
+    return items
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Kafka's `group.*` / `offsets.*` settings the consumer-group coordinator reads."""
+
+    consumer_session_timeout_ms: int = 45_000
+    consumer_min_session_timeout_ms: int = 45_000
+    consumer_max_session_timeout_ms: int = 60_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_min_heartbeat_interval_ms: int = 5_000
+    consumer_max_heartbeat_interval_ms: int = 15_000
+    consumer_max_size: int = INT_MAX
+    consumer_assignors: tuple[str, ...] = ("uniform", "range", "lag")
+    offsets_retention_ms: int = 10_080 * 60_000
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+
+    PROPERTIES = {
+        "group.consumer.session.timeout.ms": "consumer_session_timeout_ms",
+        "group.consumer.min.session.timeout.ms": "consumer_min_session_timeout_ms",
+        "group.consumer.max.session.timeout.ms": "consumer_max_session_timeout_ms",
+        "group.consumer.heartbeat.interval.ms": "consumer_heartbeat_interval_ms",
+        "group.consumer.min.heartbeat.interval.ms": "consumer_min_heartbeat_interval_ms",
+        "group.consumer.max.heartbeat.interval.ms": "consumer_max_heartbeat_interval_ms",
+        "group.consumer.max.size": "consumer_max_size",
+        "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+        "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+    }
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.consumer_min_session_timeout_ms <= self.consumer_session_timeout_ms <= self.consumer_max_session_timeout_ms:
+            raise ValueError(
+                "group.consumer.session.timeout.ms must be within "
+                "[group.consumer.min.session.timeout.ms, group.consumer.max.session.timeout.ms]"
+            )
+        if not 1 <= self.consumer_min_heartbeat_interval_ms <= self.consumer_heartbeat_interval_ms <= self.consumer_max_heartbeat_interval_ms:
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be within "
+                "[group.consumer.min.heartbeat.interval.ms, group.consumer.max.heartbeat.interval.ms]"
+            )
+        if self.consumer_heartbeat_interval_ms >= self.consumer_session_timeout_ms:
+            raise ValueError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
+        if self.consumer_max_size < 1:
+            raise ValueError("group.consumer.max.size must be at least 1")
+        if not self.consumer_assignors:
+            raise ValueError("group.consumer.assignors must name at least one assignor")
+        if self.offsets_retention_ms < 1 or self.offsets_retention_check_interval_ms < 1:
+            raise ValueError("offsets.retention.minutes and offsets.retention.check.interval.ms must be positive")
+        if self.offset_metadata_max_bytes < 0:
+            raise ValueError("offset.metadata.max.bytes must not be negative")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object]) -> "CoordinatorConfig":
+        """Build from Kafka-style property names; unknown names are ignored (they belong to others)."""
+        kwargs: dict[str, object] = {}
+        for name, attr in cls.PROPERTIES.items():
+            if name in props:
+                kwargs[attr] = _int(props, name, 0)
+        if "group.consumer.assignors" in props:
+            kwargs["consumer_assignors"] = _list(props, "group.consumer.assignors", ())
+        if "offsets.retention.minutes" in props:
+            kwargs["offsets_retention_ms"] = _int(props, "offsets.retention.minutes", 0) * 60_000
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+
+GROUP_CONFIG_KEYS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms", "consumer.assignor")
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Dynamic per-group overrides (None = use the broker default)."""
+
+    session_timeout_ms: int | None = None
+    heartbeat_interval_ms: int | None = None
+    assignor: str | None = None
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def lenient(cls, configs: Mapping[str, str], broker: CoordinatorConfig) -> "GroupConfig":
+        """Overrides read back from the log: a value the current broker bounds reject is ignored
+        (the broker default applies) instead of failing the load."""
+        try:
+            return cls.parse(configs, broker)
+        except CoordinatorError:
+            kept: dict[str, str] = {}
+            for key, value in configs.items():
+                try:
+                    cls.parse({**kept, key: value}, broker)
+                except CoordinatorError:
+                    continue
+                kept[key] = value
+            parsed = cls.parse(kept, broker)
+            return cls(parsed.session_timeout_ms, parsed.heartbeat_interval_ms, parsed.assignor, dict(configs))
+
+    @classmethod
+    def parse(cls, configs: Mapping[str, str], broker: CoordinatorConfig) -> "GroupConfig":
+        """Validate overrides against the broker bounds; INVALID_CONFIG names the offending key."""
+        for key in configs:
+            if key not in GROUP_CONFIG_KEYS:
+                raise CoordinatorError(Errors.INVALID_CONFIG, f"Unknown group config name: {key}.")
+        session = _group_int(configs, "consumer.session.timeout.ms",
+                             broker.consumer_min_session_timeout_ms, broker.consumer_max_session_timeout_ms)
+        heartbeat = _group_int(configs, "consumer.heartbeat.interval.ms",
+                               broker.consumer_min_heartbeat_interval_ms, broker.consumer_max_heartbeat_interval_ms)
+        effective_session = session if session is not None else broker.consumer_session_timeout_ms
+        effective_heartbeat = heartbeat if heartbeat is not None else broker.consumer_heartbeat_interval_ms
+        if effective_heartbeat >= effective_session:
+            raise CoordinatorError(
+                Errors.INVALID_CONFIG,
+                "consumer.heartbeat.interval.ms must be less than consumer.session.timeout.ms.",
+            )
+        assignor = configs.get("consumer.assignor")
+        if assignor is not None and assignor not in broker.consumer_assignors:
+            raise CoordinatorError(
+                Errors.INVALID_CONFIG,
+                f"consumer.assignor {assignor} is not one of group.consumer.assignors: "
+                f"{', '.join(broker.consumer_assignors)}.",
+            )
+        return cls(session, heartbeat, assignor, dict(configs))
+
+    def session_timeout(self, broker: CoordinatorConfig) -> int:
+        return self.session_timeout_ms if self.session_timeout_ms is not None else broker.consumer_session_timeout_ms
+
+    def heartbeat_interval(self, broker: CoordinatorConfig) -> int:
+        return self.heartbeat_interval_ms if self.heartbeat_interval_ms is not None else broker.consumer_heartbeat_interval_ms
+
+
+def _group_int(configs: Mapping[str, str], key: str, lo: int, hi: int) -> int | None:
+    raw = configs.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise CoordinatorError(Errors.INVALID_CONFIG, f"{key} must be an integer, got {raw!r}.") from None
+    if not lo <= value <= hi:
+        raise CoordinatorError(Errors.INVALID_CONFIG, f"{key} must be between {lo} and {hi}, got {value}.")
+    return value
+
+
+NO_OVERRIDES = GroupConfig()

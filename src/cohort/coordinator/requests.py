@@ -1,0 +1,285 @@
+"""Version-neutral requests and responses of the coordinator.
+
+The protocol layer translates kio's per-version wire types to and from these. Fields that
+change meaning with the wire version carry `api_version` (heartbeat v0/v1, OffsetCommit <9 / >=9).
+Topics are named in offset APIs (the protocol layer maps v10 topic ids to names) and identified
+by `uuid.UUID` in heartbeat assignments. `None` in a heartbeat field means "unchanged".
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+Assignment = Mapping[uuid.UUID, tuple[int, ...]]
+
+
+# ------------------------------------------------------------------ ConsumerGroupHeartbeat (68)
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: Mapping[uuid.UUID, Sequence[int]] | None = None  # owned partitions
+    api_version: int = 1
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None  # None = field absent on the wire
+
+
+# ------------------------------------------------------------------ ConsumerGroupDescribe (69)
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescribeRequest:
+    group_ids: Sequence[str]
+    include_authorized_operations: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTopicPartitions:
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[DescribedTopicPartitions, ...]
+    target_assignment: tuple[DescribedTopicPartitions, ...]
+    member_type: int  # KIP-1099: -1 unknown, 0 classic, 1 consumer
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error_code: int = 0
+    error_message: str | None = None
+    group_state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedMember, ...] = ()
+    authorized_operations: int = -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescribeResponse:
+    groups: tuple[DescribedGroup, ...]
+
+
+# ------------------------------------------------------------------ ListGroups (16)
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    states_filter: Sequence[str] = ()
+    types_filter: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    group_state: str
+    group_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    groups: tuple[ListedGroup, ...]
+    error_code: int = 0
+
+
+# ------------------------------------------------------------------ OffsetCommit (8)
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitTopic:
+    name: str
+    partitions: Sequence[OffsetCommitPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    topics: Sequence[OffsetCommitTopic]
+    member_id: str = ""
+    generation_id_or_member_epoch: int = -1
+    group_instance_id: str | None = None
+    retention_time_ms: int = -1  # OffsetCommit v2-v4 only
+    api_version: int = 9
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    partition: int
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    name: str
+    partitions: tuple[PartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    topics: tuple[TopicResult, ...]
+
+
+# ------------------------------------------------------------------ OffsetFetch (9), one group
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchTopic:
+    name: str
+    partitions: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    group_id: str
+    topics: Sequence[OffsetFetchTopic] | None = None  # None = all committed offsets
+    member_id: str | None = None
+    member_epoch: int = -1
+    require_stable: bool = False
+    api_version: int = 9
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    partition: int
+    committed_offset: int = -1
+    committed_leader_epoch: int = -1
+    metadata: str | None = ""
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedTopic:
+    name: str
+    partitions: tuple[FetchedPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    group_id: str
+    topics: tuple[FetchedTopic, ...]
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# ------------------------------------------------------------------ DeleteGroups (42)
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsRequest:
+    group_ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedGroup:
+    group_id: str
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsResponse:
+    results: tuple[DeletedGroup, ...]
+
+
+# ------------------------------------------------------------------ OffsetDelete (47)
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    group_id: str
+    topics: Sequence[OffsetFetchTopic]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    topics: tuple[TopicResult, ...] = ()
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# ------------------------------------------------------------------ group configs (Describe/IncrementalAlterConfigs, GROUP resource)
+
+@dataclass(frozen=True, slots=True)
+class AlterGroupConfigRequest:
+    group_id: str
+    configs: Mapping[str, str | None]  # None deletes the override
+    replace: bool = False  # True: AlterConfigs semantics (unlisted keys are removed)
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterGroupConfigResponse:
+    group_id: str
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupConfigRequest:
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str
+    is_default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupConfigResponse:
+    group_id: str
+    configs: tuple[ConfigEntry, ...] = ()
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# ------------------------------------------------------------------ results of write operations
+
+@dataclass(slots=True)
+class Result:
+    """Records to append (already applied to the shard) and the response to release.
+
+    The response may be sent once `commit()` has been called with an offset >= `end_offset`
+    (for an empty record list this waits for earlier pending writes, as Kafka does).
+    """
+
+    records: list = field(default_factory=list)
+    response: object = None
+    end_offset: int = 0

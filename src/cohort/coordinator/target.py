@@ -1,0 +1,138 @@
+"""Target assignment: build the group spec, call the assignor, diff against the current target.
+
+Only members whose target changed get a `ConsumerGroupTargetAssignmentMember` record; the
+`ConsumerGroupTargetAssignmentMetadata` record with the new assignment epoch always follows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+from cohort.assignors.api import Assignor, GroupSpec, MemberSubscription, SubscriptionType
+from cohort.coordinator.consumer_group import ConsumerGroup
+from cohort.coordinator.errors import CoordinatorError, Errors
+from cohort.coordinator.metadata import MetadataImage
+from cohort.coordinator.records import EMPTY_ASSIGNMENT, Assignment
+
+LagProvider = Callable[[str, uuid.UUID, int], Sequence[int] | None]
+
+
+class GroupTopicDescriber:
+    """SubscribedTopicDescriber over the metadata image, with lags fetched on demand."""
+
+    __slots__ = ("_image", "_group_id", "_lag_provider", "_lags")
+
+    def __init__(self, image: MetadataImage, group_id: str, lag_provider: LagProvider | None):
+        self._image = image
+        self._group_id = group_id
+        self._lag_provider = lag_provider
+        self._lags: dict[uuid.UUID, Sequence[int] | None] = {}
+
+    def num_partitions(self, topic_id: uuid.UUID) -> int:
+        topic = self._image.by_id.get(topic_id)
+        return -1 if topic is None else topic.num_partitions
+
+    def racks_for_partition(self, topic_id: uuid.UUID, partition: int) -> frozenset[str]:
+        topic = self._image.by_id.get(topic_id)
+        if topic is None or partition >= len(topic.racks):
+            return frozenset()
+        return topic.racks[partition]
+
+    def partition_lags(self, topic_id: uuid.UUID) -> Sequence[int] | None:
+        if self._lag_provider is None:
+            return None
+        if topic_id not in self._lags:
+            topic = self._image.by_id.get(topic_id)
+            self._lags[topic_id] = (None if topic is None
+                                    else self._lag_provider(self._group_id, topic_id, topic.num_partitions))
+        return self._lags[topic_id]
+
+
+def compute_target(
+    group: ConsumerGroup,
+    image: MetadataImage,
+    assignor: Assignor,
+    group_epoch: int,
+    lag_provider: LagProvider | None = None,
+) -> dict[str, Assignment]:
+    """The members whose target assignment changes, with their new target."""
+    members = _member_specs(group, image)
+    subscription_type = _subscription_type(members)
+    spec = GroupSpec(members, subscription_type)
+    describer = GroupTopicDescriber(image, group.group_id, lag_provider)
+    try:
+        result = assignor.assign(spec, describer)
+    except Exception as exc:  # an assignor bug must not take the shard down
+        raise CoordinatorError(
+            Errors.UNKNOWN_SERVER_ERROR,
+            f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}",
+        ) from exc
+    targets = group.target_assignment
+    changed: dict[str, Assignment] = {}
+    for member_id, sub in members.items():
+        new = result.get(member_id, EMPTY_ASSIGNMENT)
+        if new is sub.assignment and member_id in targets:
+            continue  # assignors hand back the very same mapping for members they did not move
+        new = _normalise(new)
+        if new != targets.get(member_id):
+            changed[member_id] = new
+    group.spec_cache = members
+    group.spec_dirty.clear()
+    return changed
+
+
+def _member_specs(group: ConsumerGroup, image: MetadataImage) -> dict[str, MemberSubscription]:
+    """The assignor's view of every member.
+
+    The group keeps the last spec and the set of members whose metadata or target changed since
+    (replay maintains it), so a large group rebuilds only what changed. A new metadata image or a
+    regex resolution invalidates the whole cache.
+    """
+    if group.spec_image is not image:
+        group.spec_image = image
+        group.spec_cache = {}
+        group.spec_topic_ids = {}
+    cache = group.spec_cache
+    if cache:
+        members = dict(cache)
+        dirty = group.spec_dirty
+    else:
+        members = {}
+        dirty = group.members.keys()
+    ids_cache = group.spec_topic_ids
+    by_name = image.by_name
+    targets = group.target_assignment
+    for member_id in list(dirty):
+        member = group.members.get(member_id)
+        if member is None:
+            members.pop(member_id, None)
+            continue
+        cache_key = (member.subscribed_topic_names, member.subscribed_topic_regex)
+        topic_ids = ids_cache.get(cache_key)
+        if topic_ids is None:
+            names = group.member_topic_names(member)
+            topic_ids = ids_cache[cache_key] = frozenset(by_name[n].topic_id for n in names if n in by_name)
+        members[member_id] = MemberSubscription(
+            topic_ids, member.rack_id, member.instance_id, targets.get(member_id, EMPTY_ASSIGNMENT))
+    return members
+
+
+def _subscription_type(members: Mapping[str, MemberSubscription]) -> SubscriptionType:
+    first = None
+    for sub in members.values():
+        ids = sub.subscribed_topic_ids
+        if first is None:
+            first = ids
+        elif ids is not first and ids != first:
+            return SubscriptionType.HETEROGENEOUS
+    return SubscriptionType.HOMOGENEOUS
+
+
+def _normalise(assignment: Mapping) -> Assignment:
+    if not assignment:
+        return EMPTY_ASSIGNMENT
+    for parts in assignment.values():
+        if not parts or type(parts) is not tuple:
+            return {t: tuple(sorted(ps)) for t, ps in assignment.items() if ps}
+    return assignment

@@ -1,0 +1,74 @@
+"""Keyed timers with explicit time, in the manner of Kafka's `CoordinatorTimer`.
+
+`schedule(key, deadline, payload)` replaces any timer with the same key; `cancel(key)` forgets it;
+`pop_expired(now)` returns the payloads whose deadline is <= now, in deadline order, and forgets
+them. A replaced or cancelled timer never fires. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any
+
+
+class Timers:
+    __slots__ = ("_entries", "_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[int, int, Any]] = {}
+        self._heap: list[tuple[int, int, str]] = []
+        self._seq = itertools.count()
+
+    def schedule(self, key: str, deadline: int, payload: Any) -> None:
+        seq = next(self._seq)
+        self._entries[key] = (deadline, seq, payload)
+        heapq.heappush(self._heap, (deadline, seq, key))
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._entries):
+            self._compact()
+
+    def cancel(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+    def deadline(self, key: str) -> int | None:
+        entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
+    def payload(self, key: str) -> Any:
+        entry = self._entries.get(key)
+        return None if entry is None else entry[2]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def next_deadline(self) -> int | None:
+        heap, entries = self._heap, self._entries
+        while heap:
+            deadline, seq, key = heap[0]
+            entry = entries.get(key)
+            if entry is not None and entry[1] == seq:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
+    def pop_expired(self, now: int) -> list[tuple[str, Any]]:
+        expired = []
+        heap, entries = self._heap, self._entries
+        while heap and heap[0][0] <= now:
+            _, seq, key = heapq.heappop(heap)
+            entry = entries.get(key)
+            if entry is not None and entry[1] == seq:
+                del entries[key]
+                expired.append((key, entry[2]))
+        return expired
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._heap.clear()
+
+    def _compact(self) -> None:
+        self._heap = [(d, s, k) for k, (d, s, _) in self._entries.items()]
+        heapq.heapify(self._heap)
