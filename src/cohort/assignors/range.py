@@ -1,0 +1,150 @@
+"""Kafka's range assignor, server side, with KIP-881's rack awareness added.
+
+Per topic, the subscribers in *range order* (static members first, by `group.instance.id`, then the
+others by member id; so a rolling bounce of static members changes nothing) split the partitions into
+contiguous runs from 0: with n partitions and k subscribers each gets n // k and the first n % k one
+more. The current assignment is ignored: the output depends only on who subscribes to what.
+
+Topics with the same subscribers and the same partition count get identical runs (co-partitioning:
+partition p of each such topic lands on the same member). The assignor works on those groups
+directly and hands every member of a group one shared tuple per run, which is what makes half a
+million partitions cheap: the work is proportional to the (member, topic) entries of the output.
+
+Rack awareness (the client-side RangeAssignor's KIP-881 rules, see `_range_racks`) applies to a group
+only when it can help: some subscriber has a rack that hosts a replica of the group's partitions,
+and not every partition sits on the same racks. Kafka switches every group over as soon as one topic
+qualifies; here each group decides for itself, so racks on one topic never reshuffle another.
+Priorities are balance (the per-topic counts above are kept exactly), then co-partitioning (a group
+is matched as a unit, on the racks common to all its topics), then rack alignment, best effort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from cohort.assignors._range_racks import needs_racks, rack_owners
+from cohort.assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberSubscription,
+    SubscribedTopicDescriber,
+    SubscriptionType,
+)
+
+_ints: tuple[int, ...] = tuple(range(4096))
+
+
+def _run(start: int, stop: int) -> tuple[int, ...]:
+    """(start, ..., stop-1), sliced from a cached tuple: copying pointers beats building ints."""
+    global _ints
+    ints = _ints  # read once: another thread may swap in a different cache meanwhile
+    if stop > len(ints):
+        ints = _ints = tuple(range(max(stop, 2 * len(ints))))
+    return ints[start:stop]
+
+
+def range_order(members: Mapping[str, MemberSubscription]) -> list[str]:
+    """Member ids in range order: static members by instance id first, then dynamic ones by member id."""
+    return sorted(
+        members,
+        key=lambda m: (0, members[m].instance_id, m) if members[m].instance_id is not None else (1, "", m),
+    )
+
+
+class RangeAssignor:
+    """Contiguous per-topic ranges in range order; co-partitioned; rack-aware when that helps."""
+
+    name = "range"
+
+    def assign(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
+        members = spec.members
+        result: GroupAssignment = {m: {} for m in sorted(members)}
+        order = range_order(members)
+
+        # Members with identical subscriptions form a class; a topic's subscribers are the union of
+        # the classes naming it, so topics are grouped by (classes, partition count).
+        # The spec's HOMOGENEOUS is trusted, as Kafka does: comparing every member's subscription
+        # would cost more than the assignment itself in large groups.
+        class_of: dict[frozenset, int] = {}
+        class_members: list[list[int]] = []
+        if spec.subscription_type is SubscriptionType.HOMOGENEOUS and order:
+            class_of[members[order[0]].subscribed_topic_ids] = 0
+            class_members.append(list(range(len(order))))
+        else:
+            for pos, member_id in enumerate(order):
+                subs = members[member_id].subscribed_topic_ids
+                c = class_of.get(subs)
+                if c is None:
+                    c = class_of[subs] = len(class_members)
+                    class_members.append([])
+                class_members[c].append(pos)
+
+        classes_of_topic: dict = {}
+        for subs, c in class_of.items():
+            for topic_id in subs:
+                classes_of_topic.setdefault(topic_id, []).append(c)
+
+        # Each group's topics are kept as dict keys: dict.fromkeys(a_dict, run) reuses the stored
+        # hashes, which matters when topic ids are UUIDs (a Python-level __hash__ per key otherwise).
+        groups: dict[tuple, dict] = {}
+        for topic_id in sorted(classes_of_topic):
+            n = topics.num_partitions(topic_id)
+            if n > 0:
+                groups.setdefault((tuple(sorted(classes_of_topic[topic_id])), n), {})[topic_id] = None
+
+        rack_of = [members[m].rack_id for m in order]
+        any_rack = any(r is not None for r in rack_of)
+        subscribers_of: dict[tuple, list[int]] = {}
+        for (sig, n), group in groups.items():
+            subs = subscribers_of.get(sig)
+            if subs is None:
+                subs = class_members[sig[0]] if len(sig) == 1 else sorted(p for c in sig for p in class_members[c])
+                subscribers_of[sig] = subs
+            if any_rack and self._assign_with_racks(result, order, subs, rack_of, group, n, topics):
+                continue
+            _assign_ranges(result, [order[p] for p in subs], group, n)
+        return result
+
+    @staticmethod
+    def _assign_with_racks(result, order, subs, rack_of, group, n, topics) -> bool:
+        """Rack-matched assignment of one co-partitioned group; False (nothing done) when racks cannot help."""
+        sub_racks = [rack_of[p] for p in subs]
+        has_racks = getattr(topics, "has_racks", None)
+        racks_for = topics.racks_for_partition
+        nowhere = (frozenset(),) * n
+        # Topics of a group usually share one replica layout; work on the distinct layouts only.
+        layouts = {
+            tuple([racks_for(t, p) for p in range(n)]) if has_racks is None or has_racks(t) else nowhere
+            for t in group
+        }
+        if not any(needs_racks(sub_racks, layout) for layout in layouts):
+            return False
+        if len(layouts) == 1:
+            (common,) = layouts
+        else:
+            common = [frozenset.intersection(*racks) for racks in zip(*layouts)]
+        owner = rack_owners(n, sub_racks, common, co_partitioned=len(group) > 1)
+        owned: list[list[int]] = [[] for _ in subs]
+        for p, pos in enumerate(owner):
+            owned[pos].append(p)  # ascending, since p is
+        for pos, parts in enumerate(owned):
+            if parts:
+                result[order[subs[pos]]].update(dict.fromkeys(group, tuple(parts)))
+        return True
+
+
+def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict, n: int) -> None:
+    """Plain range for a co-partitioned group (topic ids as dict keys): one shared run per subscriber."""
+    quota, extra = divmod(n, len(subscribers))
+    start = 0
+    for i, member_id in enumerate(subscribers):
+        size = quota + (1 if i < extra else 0)
+        if size == 0:
+            break
+        run = _run(start, start + size)
+        start += size
+        target = result[member_id]
+        if target:
+            target.update(dict.fromkeys(group, run))
+        else:
+            result[member_id] = dict.fromkeys(group, run)

@@ -1,0 +1,338 @@
+"""RangeAssignor: the javadoc's examples, KIP-881 rack awareness, and properties on random groups."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cohort.assignors import registry
+from cohort.assignors.api import GroupSpec, MemberSubscription, TopicDescriber, TopicMetadata
+from cohort.assignors.range import RangeAssignor
+
+RANGE = RangeAssignor()
+
+
+def member(*topics, instance_id=None, rack=None):
+    return MemberSubscription(frozenset(topics), rack_id=rack, instance_id=instance_id)
+
+
+def assign(members, topics):
+    return RANGE.assign(GroupSpec.of(members), TopicDescriber(topics))
+
+
+def racks(*per_partition):
+    return tuple(frozenset(r) for r in per_partition)
+
+
+def test_registered_under_range():
+    assert registry.get("range").name == "range"
+    assert isinstance(registry.get("range"), RangeAssignor)
+
+
+def test_javadoc_example_two_consumers_two_topics():
+    topics = {"t0": TopicMetadata(3), "t1": TopicMetadata(3)}
+    result = assign({"C0": member("t0", "t1"), "C1": member("t0", "t1")}, topics)
+    assert result == {"C0": {"t0": (0, 1), "t1": (0, 1)}, "C1": {"t0": (2,), "t1": (2,)}}
+
+
+def test_javadoc_rolling_bounce_reshuffles_dynamic_members():
+    # C0 -> C3 and C1 -> C2 after a bounce: member-id order flips, and so does the assignment.
+    topics = {"t0": TopicMetadata(3), "t1": TopicMetadata(3)}
+    result = assign({"C3": member("t0", "t1"), "C2": member("t0", "t1")}, topics)
+    assert result == {"C2": {"t0": (0, 1), "t1": (0, 1)}, "C3": {"t0": (2,), "t1": (2,)}}
+
+
+def test_javadoc_static_members_keep_their_ranges_across_a_bounce():
+    topics = {"t0": TopicMetadata(3), "t1": TopicMetadata(3)}
+    before = assign({"C0": member("t0", "t1", instance_id="I0"), "C1": member("t0", "t1", instance_id="I1")}, topics)
+    after = assign({"C3": member("t0", "t1", instance_id="I0"), "C2": member("t0", "t1", instance_id="I1")}, topics)
+    assert before == {"C0": {"t0": (0, 1), "t1": (0, 1)}, "C1": {"t0": (2,), "t1": (2,)}}
+    assert after == {"C3": {"t0": (0, 1), "t1": (0, 1)}, "C2": {"t0": (2,), "t1": (2,)}}
+
+
+def test_static_members_come_before_dynamic_ones():
+    topics = {"t": TopicMetadata(5)}
+    members = {"A": member("t"), "Z": member("t", instance_id="static-1"), "M": member("t", instance_id="static-0")}
+    result = assign(members, topics)
+    assert result == {"M": {"t": (0, 1)}, "Z": {"t": (2, 3)}, "A": {"t": (4,)}}
+
+
+def test_heterogeneous_ranges_are_per_topic_subscribers():
+    topics = {"a": TopicMetadata(4), "b": TopicMetadata(3)}
+    result = assign({"m0": member("a"), "m1": member("a", "b"), "m2": member("b")}, topics)
+    assert result == {"m0": {"a": (0, 1)}, "m1": {"a": (2, 3), "b": (0, 1)}, "m2": {"b": (2,)}}
+
+
+def test_unknown_and_empty_topics_are_ignored_and_every_member_appears():
+    topics = {"t": TopicMetadata(1), "empty": TopicMetadata(0)}
+    result = assign({"a": member("t", "empty", "ghost"), "b": member("t"), "c": member("ghost"), "d": member()}, topics)
+    assert result == {"a": {"t": (0,)}, "b": {}, "c": {}, "d": {}}
+
+
+def test_no_members():
+    assert assign({}, {"t": TopicMetadata(3)}) == {}
+
+
+def test_rack_aware_co_partitioning_example():
+    # KIP-881 / javadoc: partition p of every topic has its replica on rack p; partition p of all
+    # topics goes to the consumer on rack p, although plain range would cross racks for every one.
+    layout = racks("a", "b", "c")
+    topics = {"t0": TopicMetadata(3, layout), "t1": TopicMetadata(3, layout), "t2": TopicMetadata(3, layout)}
+    members = {"C0": member("t0", "t1", "t2", rack="c"), "C1": member("t0", "t1", "t2", rack="a"),
+               "C2": member("t0", "t1", "t2", rack="b")}
+    result = assign(members, topics)
+    assert result == {
+        "C0": {"t0": (2,), "t1": (2,), "t2": (2,)},
+        "C1": {"t0": (0,), "t1": (0,), "t2": (0,)},
+        "C2": {"t0": (1,), "t1": (1,), "t2": (1,)},
+    }
+    members_without_racks = {m: member("t0", "t1", "t2") for m in members}
+    assert assign(members_without_racks, topics)["C0"] == {"t0": (0,), "t1": (0,), "t2": (0,)}
+
+
+def test_co_partitioning_matches_on_racks_common_to_all_topics():
+    # Per partition, only the racks hosting it in *every* topic count: {a,b} & {b} = {b} for both
+    # partitions. The b consumer takes partition 0 of both topics, which fills its quota of one, so
+    # partition 1 of both goes to the a consumer: co-partitioning and balance before alignment.
+    topics = {"t0": TopicMetadata(2, racks("ab", "b")), "t1": TopicMetadata(2, racks("b", "ab"))}
+    result = assign({"C0": member("t0", "t1", rack="a"), "C1": member("t0", "t1", rack="b")}, topics)
+    assert result == {"C0": {"t0": (1,), "t1": (1,)}, "C1": {"t0": (0,), "t1": (0,)}}
+
+
+def test_single_topic_rack_matching_keeps_range_counts():
+    topics = {"t": TopicMetadata(6, racks("b", "b", "a", "a", "b", "a"))}
+    result = assign({"C0": member("t", rack="a"), "C1": member("t", rack="b")}, topics)
+    assert result == {"C0": {"t": (2, 3, 5)}, "C1": {"t": (0, 1, 4)}}
+
+
+def test_balance_wins_over_rack_alignment():
+    # Five of six partitions live only on rack a, but each consumer still gets exactly three.
+    topics = {"t": TopicMetadata(6, racks("a", "a", "a", "a", "a", "b"))}
+    result = assign({"C0": member("t", rack="a"), "C1": member("t", rack="b")}, topics)
+    assert result == {"C0": {"t": (0, 1, 2)}, "C1": {"t": (3, 4, 5)}}
+
+
+def test_racks_ignored_when_every_partition_has_the_same_racks():
+    topics = {"t": TopicMetadata(4, racks("ab", "ab", "ab", "ab"))}
+    result = assign({"C0": member("t", rack="b"), "C1": member("t", rack="a")}, topics)
+    assert result == {"C0": {"t": (0, 1)}, "C1": {"t": (2, 3)}}
+
+
+def test_racks_ignored_when_no_member_rack_hosts_a_replica():
+    topics = {"t": TopicMetadata(4, racks("a", "b", "a", "b"))}
+    result = assign({"C0": member("t", rack="x"), "C1": member("t", rack="y")}, topics)
+    assert result == {"C0": {"t": (0, 1)}, "C1": {"t": (2, 3)}}
+
+
+def test_racks_on_one_group_leave_other_groups_plain():
+    topics = {"racked": TopicMetadata(2, racks("b", "a")), "plain": TopicMetadata(3)}
+    result = assign({"C0": member("racked", "plain", rack="a"), "C1": member("racked", "plain", rack="b")}, topics)
+    assert result == {"C0": {"racked": (1,), "plain": (0, 1)}, "C1": {"racked": (0,), "plain": (2,)}}
+
+
+def test_co_partitioning_wins_over_rack_alignment():
+    # Same subscribers and partition count: one group. The rackless topic shares no rack with the
+    # racked one, so no partition can be matched in both, and the pair stays plain range.
+    topics = {"racked": TopicMetadata(2, racks("b", "a")), "plain": TopicMetadata(2)}
+    result = assign({"C0": member("racked", "plain", rack="a"), "C1": member("racked", "plain", rack="b")}, topics)
+    assert result == {"C0": {"plain": (0,), "racked": (0,)}, "C1": {"plain": (1,), "racked": (1,)}}
+
+
+def test_rackless_consumer_matches_every_partition():
+    # Kafka: a consumer without a rack "matches" everything, so it fills its quota first in order.
+    topics = {"t": TopicMetadata(4, racks("b", "b", "a", "a"))}
+    result = assign({"C0": member("t", rack="a"), "C1": member("t")}, topics)
+    assert result == {"C0": {"t": (2, 3)}, "C1": {"t": (0, 1)}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+
+RACKS = ["r0", "r1", "r2"]
+
+
+@st.composite
+def groups(draw, with_racks=True):
+    n_topics = draw(st.integers(1, 5))
+    topics = {}
+    for i in range(n_topics):
+        if i and draw(st.booleans()):  # a copy of t0: co-partitioned, racks in common
+            topics[f"t{i}"] = topics["t0"]
+            continue
+        n = draw(st.sampled_from([0, 1, 2, 3, 4, 6, 7, 12]))
+        layout = ()
+        if with_racks and draw(st.booleans()):
+            layout = tuple(frozenset(draw(st.sets(st.sampled_from(RACKS), max_size=2))) for _ in range(n))
+        topics[f"t{i}"] = TopicMetadata(n, layout)
+    names = sorted(topics) + ["unknown"]
+    homogeneous = draw(st.booleans())
+    shared = frozenset(draw(st.sets(st.sampled_from(names), min_size=1)))
+    members = {}
+    for i in range(draw(st.integers(0, 7))):
+        subs = shared if homogeneous else frozenset(draw(st.sets(st.sampled_from(names))))
+        instance = draw(st.sampled_from([None, None, f"i{i}", f"j{7 - i}"]))
+        rack = draw(st.sampled_from([None, *RACKS])) if with_racks else None
+        members[f"m{draw(st.integers(0, 99)):02d}-{i}"] = MemberSubscription(subs, rack_id=rack, instance_id=instance)
+    return members, topics
+
+
+def range_key(members, m):
+    inst = members[m].instance_id
+    return (0, inst, m) if inst is not None else (1, "", m)
+
+
+def check_contract(members, topics, result):
+    assert list(result) == sorted(members)
+    owners = {}
+    for m, assignment in result.items():
+        for t, parts in assignment.items():
+            assert t in members[m].subscribed_topic_ids
+            assert isinstance(parts, tuple) and parts and list(parts) == sorted(set(parts))
+            for p in parts:
+                assert (t, p) not in owners
+                owners[t, p] = m
+    for t, meta in topics.items():
+        subs = sorted((m for m in members if t in members[m].subscribed_topic_ids), key=lambda m: range_key(members, m))
+        expected = {(t, p) for p in range(meta.num_partitions)} if subs else set()
+        assert {k for k in owners if k[0] == t} == expected
+        if subs:
+            quota, extra = divmod(meta.num_partitions, len(subs))
+            counts = sorted((len(result[m].get(t, ())) for m in subs), reverse=True)
+            assert counts == [quota + 1] * extra + [quota] * (len(subs) - extra)
+    assert not any(k[0] not in topics for k in owners)
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups(with_racks=False))
+def test_plain_range_is_exactly_kafkas_formula(group):
+    members, topics = group
+    result = assign(members, topics)
+    check_contract(members, topics, result)
+    for t, meta in topics.items():
+        subs = sorted((m for m in members if t in members[m].subscribed_topic_ids), key=lambda m: range_key(members, m))
+        start = 0
+        for i, m in enumerate(subs):
+            size = meta.num_partitions // len(subs) + (1 if i < meta.num_partitions % len(subs) else 0)
+            assert result[m].get(t, ()) == tuple(range(start, start + size))
+            start += size
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups())
+def test_rack_aware_keeps_contract_and_co_partitioning(group):
+    members, topics = group
+    result = assign(members, topics)
+    check_contract(members, topics, result)
+    # Topics with the same subscribers and partition count are co-partitioned.
+    by_key = {}
+    for t, meta in topics.items():
+        subs = frozenset(m for m in members if t in members[m].subscribed_topic_ids)
+        if subs and meta.num_partitions:
+            by_key.setdefault((subs, meta.num_partitions), []).append(t)
+    for (subs, _), ts in by_key.items():
+        for m in subs:
+            assert len({result[m].get(t, ()) for t in ts}) == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups(), st.randoms(use_true_random=False))
+def test_output_ignores_dict_order(group, rnd):
+    members, topics = group
+    items = list(members.items())
+    rnd.shuffle(items)
+    shuffled = {m: MemberSubscription(frozenset(sorted(s.subscribed_topic_ids, key=lambda _: rnd.random())),
+                                      s.rack_id, s.instance_id) for m, s in items}
+    topic_items = list(topics.items())
+    rnd.shuffle(topic_items)
+    first = assign(members, topics)
+    second = assign(shuffled, dict(topic_items))
+    assert first == second
+    assert [list(d.items()) for d in first.values()] == [list(second[m].items()) for m in first]
+
+
+def reference_rack_range(members, topics):
+    """A direct transcription of KIP-881's rules, O(n * k) per topic, for comparison."""
+    result = {m: {} for m in sorted(members)}
+    order = sorted(members, key=lambda m: range_key(members, m))
+    groups_ = {}
+    for t in sorted(topics):
+        n = topics[t].num_partitions
+        subs = tuple(m for m in order if t in members[m].subscribed_topic_ids)
+        if n > 0 and subs:
+            groups_.setdefault((subs, n), []).append(t)
+    for (subs, n), ts in groups_.items():
+        k = len(subs)
+        rack = {m: members[m].rack_id for m in subs}
+        layouts = [[topics[t].racks[p] if p < len(topics[t].racks) else frozenset() for p in range(n)] for t in ts]
+
+        def needs(layout):
+            mine = {r for r in rack.values() if r}
+            union = frozenset().union(*layout)
+            return bool(mine & union) and any(r != union for r in layout)
+
+        owner = [None] * n
+        count = dict.fromkeys(subs, 0)
+        extra = [n % k]
+
+        def room(m):
+            return max(0, n // k + (1 if extra[0] > 0 else 0) - count[m])
+
+        def give(m, p):
+            owner[p] = m
+            count[m] += 1
+            if count[m] == n // k + 1:
+                extra[0] -= 1
+
+        def match(m, p):
+            return rack[m] is None or all(rack[m] in layout[p] for layout in layouts)
+
+        if any(needs(layout) for layout in layouts):
+            if len(ts) > 1:
+                for p in range(n):
+                    for m in subs:
+                        if room(m) > 0 and match(m, p):
+                            give(m, p)
+                            break
+            else:
+                for m in subs:
+                    for p in [p for p in range(n) if owner[p] is None and match(m, p)][: room(m)]:
+                        give(m, p)
+        for m in subs:
+            for p in [p for p in range(n) if owner[p] is None][: room(m)]:
+                give(m, p)
+        for m in subs:
+            mine = tuple(p for p in range(n) if owner[p] == m)
+            if mine:
+                for t in ts:
+                    result[m][t] = mine
+    return result
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups())
+def test_matches_a_direct_transcription_of_the_rules(group):
+    members, topics = group
+    assert assign(members, topics) == reference_rack_range(members, topics)
+
+
+def test_many_racks_large_group_matches_reference():
+    rnd = random.Random(7)
+    topics = {
+        f"t{i}": TopicMetadata(40, tuple(frozenset(rnd.sample(["a", "b", "c", "d"], 2)) for _ in range(40)))
+        for i in range(3)
+    }
+    topics["t3"] = TopicMetadata(40, topics["t0"].racks)
+    members = {f"m{i:02d}": member("t0", "t1", "t2", "t3", rack=rnd.choice("abcde")) for i in range(11)}
+    assert assign(members, topics) == reference_rack_range(members, topics)
+    # Co-partitioned pair with two common racks per partition, and some members without a rack.
+    members = {f"m{i:02d}": member("t0", "t3", rack=rnd.choice(["a", "b", "c", "d", None])) for i in range(11)}
+    assert assign(members, topics) == reference_rack_range(members, topics)
+
+
+def test_long_runs_beyond_the_cached_ints():
+    result = assign({"a": member("t"), "b": member("t"), "c": member("t")}, {"t": TopicMetadata(10_001)})
+    assert result["a"]["t"] == tuple(range(0, 3334))
+    assert result["b"]["t"] == tuple(range(3334, 6668))
+    assert result["c"]["t"] == tuple(range(6668, 10_001))
