@@ -1,0 +1,191 @@
+"""Benchmark the built-in assignors on the shapes of Kafka's `ServerSideAssignorBenchmark` (JMH).
+
+A shape is members x partitions-per-member x topics: total partitions = members * ratio, split
+evenly over the topics (as in JMH). Member ids are random UUID strings and topic ids random
+`uuid.UUID`s (seeded), as the coordinator passes them; every member gets its own subscription set.
+
+* homogeneous: every member subscribes to every topic.
+* heterogeneous: Kafka's bucketed shape; members and topics are cut into 5 contiguous buckets
+  and each bucket's members subscribe to that bucket's topics only (5 disjoint sub-groups).
+* full: nobody owns anything yet.
+* incremental: assign members - 1 members, then add one member (subscribed like the last
+  bucket) and re-assign with the previous result as the current assignment; only that second
+  run is timed.
+* lag cases give every partition a random lag (the lag assignor reads them, others ignore them).
+
+Each timed run is a single `assign` call on a prebuilt spec (after one warm-up call and a full
+garbage collection outside the timing). The table shows the median and minimum wall-clock time
+over `--repeat` runs, the median CPU time of this process, the target where the project sets
+one (judged on the wall-clock median), and the load average: the machine is shared, and a busy
+neighbour inflates the wall-clock median long before it moves the CPU time or the minimum.
+
+    python bench/assignors.py                       # every case
+    python bench/assignors.py --assignor uniform    # one assignor
+    python bench/assignors.py --quick --repeat 3    # small shapes, a smoke test
+    python bench/assignors.py --grid                # also the wider JMH grid (slow)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+from cohort.assignors import GroupSpec, MemberSubscription, TopicDescriber, TopicMetadata, get
+
+BUCKETS = 5
+
+
+@dataclass(frozen=True)
+class Case:
+    assignor: str
+    members: int
+    ratio: int
+    topics: int
+    heterogeneous: bool = False
+    incremental: bool = False
+    lags: bool = False
+    target_ms: float | None = None
+
+    @property
+    def label(self) -> str:
+        kind = "hetero" if self.heterogeneous else "homo"
+        mode = "incremental" if self.incremental else "full"
+        extra = " +lags" if self.lags else ""
+        return f"{self.members}m x {self.ratio}ppm x {self.topics}t {kind} {mode}{extra}"
+
+
+def default_cases(quick: bool) -> list[Case]:
+    if quick:
+        return [
+            Case("uniform", 1000, 10, 100),
+            Case("uniform", 1000, 10, 100, incremental=True),
+            Case("uniform", 200, 50, 200, heterogeneous=True),
+            Case("uniform", 200, 50, 200, heterogeneous=True, incremental=True),
+            Case("range", 1000, 50, 100),
+            Case("lag", 1000, 10, 100, lags=True),
+        ]
+    return [
+        Case("uniform", 10_000, 10, 1000, target_ms=25),
+        Case("uniform", 10_000, 10, 1000, incremental=True, target_ms=25),
+        Case("uniform", 1000, 50, 1000, heterogeneous=True, target_ms=100),
+        Case("uniform", 1000, 50, 1000, heterogeneous=True, incremental=True),
+        Case("range", 10_000, 50, 1000, target_ms=150),
+        Case("range", 10_000, 50, 1000, incremental=True),
+        Case("lag", 10_000, 10, 1000, lags=True, target_ms=100),
+    ]
+
+
+def grid_cases(assignors: list[str]) -> list[Case]:
+    """A slice of the JMH grid: members {100, 1000, 10000} x ratio {10, 50} x topics {10, 100, 1000}."""
+    cases = []
+    for name in assignors:
+        for members in (100, 1000, 10_000):
+            for ratio in (10, 50):
+                for topics in (10, 100, 1000):
+                    for heterogeneous in (False, True):
+                        for incremental in (False, True):
+                            cases.append(Case(name, members, ratio, topics, heterogeneous, incremental,
+                                              lags=name == "lag"))
+    return cases
+
+
+def build_topics(case: Case, rng: random.Random) -> tuple[list, TopicDescriber]:
+    topic_ids = [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(case.topics)]
+    per_topic = case.members * case.ratio // case.topics
+    metadata = {}
+    for topic_id in topic_ids:
+        lags = tuple(rng.randrange(1_000_000) for _ in range(per_topic)) if case.lags else None
+        metadata[topic_id] = TopicMetadata(per_topic, lags=lags)
+    return topic_ids, TopicDescriber(metadata)
+
+
+def subscriptions(case: Case, topic_ids: list, member_count: int) -> list[list]:
+    """The topics of each member index, following Kafka's bucketing for heterogeneous groups."""
+    if not case.heterogeneous:
+        return [topic_ids] * member_count
+    buckets = min(BUCKETS, case.members)
+    topics_per_bucket = -(-len(topic_ids) // buckets)
+    members_per_bucket = -(-case.members // buckets)
+    return [topic_ids[(i // members_per_bucket) * topics_per_bucket:
+                      (i // members_per_bucket + 1) * topics_per_bucket] for i in range(member_count)]
+
+
+def build_spec(case: Case, assignor) -> tuple[GroupSpec, TopicDescriber]:
+    rng = random.Random(848)
+    topic_ids, describer = build_topics(case, rng)
+    member_ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(case.members)]
+    topic_lists = subscriptions(case, topic_ids, case.members)
+    members = {m: MemberSubscription(frozenset(topic_lists[i])) for i, m in enumerate(member_ids)}
+    if not case.incremental:
+        return GroupSpec.of(members), describer
+    newcomer = member_ids[-1]
+    first = assignor.assign(GroupSpec.of({m: s for m, s in members.items() if m != newcomer}), describer)
+    members = {
+        m: MemberSubscription(s.subscribed_topic_ids, assignment=first.get(m, {}))
+        for m, s in members.items()
+    }
+    return GroupSpec.of(members), describer
+
+
+def run_case(case: Case, repeat: int) -> tuple[list[float] | None, list[float], str]:
+    """Wall-clock and CPU milliseconds of each timed run, or None and the reason it was skipped."""
+    try:
+        assignor = get(case.assignor)
+    except Exception as exc:  # an assignor still being written must not stop the others
+        return None, [], f"skipped: {type(exc).__name__}: {exc}"
+    spec, describer = build_spec(case, assignor)
+    assignor.assign(spec, describer)
+    wall, cpu = [], []
+    for _ in range(repeat):
+        gc.collect()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        assignor.assign(spec, describer)
+        cpu.append((time.process_time() - start_cpu) * 1000)
+        wall.append((time.perf_counter() - start) * 1000)
+    return wall, cpu, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assignor", action="append", choices=["uniform", "range", "lag"],
+                        help="only this assignor (repeatable); default: all three")
+    parser.add_argument("--quick", action="store_true", help="small shapes, for a smoke test")
+    parser.add_argument("--grid", action="store_true", help="also run a slice of the JMH grid")
+    parser.add_argument("--repeat", type=int, default=7, help="timed runs per case (default 7)")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    names = args.assignor or ["uniform", "range", "lag"]
+    cases = [c for c in default_cases(args.quick) if c.assignor in names]
+    if args.grid:
+        cases += grid_cases(names)
+
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus, repeat {args.repeat}")
+    print(f"{'assignor':<8} {'case':<44} {'median ms':>10} {'min ms':>8} {'cpu ms':>8} {'target':>7}  result")
+    failed = False
+    for case in cases:
+        timings, cpu, note = run_case(case, args.repeat)
+        target = f"{case.target_ms:g}" if case.target_ms else "-"
+        if timings is None:
+            print(f"{case.assignor:<8} {case.label:<44} {'-':>10} {'-':>8} {'-':>8} {target:>7}  {note}")
+            continue
+        median = statistics.median(timings)
+        verdict = ""
+        if case.target_ms:
+            verdict = "ok" if median <= case.target_ms else "OVER TARGET"
+            failed |= median > case.target_ms
+        print(f"{case.assignor:<8} {case.label:<44} {median:>10.2f} {min(timings):>8.2f} "
+              f"{statistics.median(cpu):>8.2f} {target:>7}  {verdict}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The `uniform` server-side assignor (Kafka's default): balance first, then stickiness.
+
+Every member ends up with floor or ceil of its fair share where subscriptions allow, and keeps
+as many of its current partitions as that balance permits. Groups whose members all subscribe
+to the same topics take the homogeneous builder; the others take the heterogeneous one. Which
+one runs follows `spec.subscription_type` (as in Kafka), so a spec must not claim HOMOGENEOUS
+for differing subscriptions; `GroupSpec.of` derives the type correctly.
+
+Differences from Kafka, by design: topics the describer does not know are ignored instead of
+failing the assignment, and every member appears in the result (with `{}` when it gets nothing).
+"""
+
+from __future__ import annotations
+
+from cohort.assignors._uniform_common import gc_paused
+from cohort.assignors._uniform_heterogeneous import assign_heterogeneous
+from cohort.assignors._uniform_homogeneous import assign_homogeneous
+from cohort.assignors.api import GroupAssignment, GroupSpec, SubscribedTopicDescriber, SubscriptionType
+
+
+class UniformAssignor:
+    """Balanced, sticky assignment; no rack awareness (as in Kafka)."""
+
+    name = "uniform"
+
+    def assign(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
+        if not spec.members:
+            return {}
+        with gc_paused():
+            if spec.subscription_type is SubscriptionType.HOMOGENEOUS:
+                return assign_homogeneous(spec, topics)
+            return assign_heterogeneous(spec, topics)
+
+    def __repr__(self) -> str:
+        return "UniformAssignor()"

@@ -1,0 +1,509 @@
+"""The `uniform` assignor: Kafka-like scenarios, the KAFKA-18688 stability rule, and properties.
+
+Both builders are also checked against direct, partition-at-a-time transcriptions of Kafka's
+algorithms (`reference_homogeneous`, `reference_heterogeneous`), which the implementation must
+match exactly, including on malformed current assignments; the homogeneous numpy path and its
+plain-Python small-group path are both run on every example.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cohort.assignors import (
+    GroupSpec,
+    MemberSubscription,
+    SubscriptionType,
+    TopicDescriber,
+    TopicMetadata,
+    get,
+)
+from cohort.assignors._uniform_heterogeneous import MAX_ITERATION_COUNT, _LoadRanges
+from cohort.assignors._uniform_homogeneous import assign_homogeneous
+from cohort.assignors._uniform_small import SMALL_MEMBERS, SMALL_PARTITIONS
+from cohort.assignors.uniform import UniformAssignor
+
+ASSIGNOR = UniformAssignor()
+
+
+def describer(**counts: int) -> TopicDescriber:
+    return TopicDescriber({t: TopicMetadata(n) for t, n in counts.items()})
+
+
+def member(*topics, assignment=None) -> MemberSubscription:
+    return MemberSubscription(frozenset(topics), assignment=assignment or {})
+
+
+def assign(members: dict, topics: TopicDescriber) -> dict:
+    return ASSIGNOR.assign(GroupSpec.of(members), topics)
+
+
+def rerun(previous: dict, members: dict, topics: TopicDescriber) -> dict:
+    """Assign again with `previous` as every member's current assignment."""
+    return assign({m: MemberSubscription(s.subscribed_topic_ids, assignment=previous.get(m, {}))
+                   for m, s in members.items()}, topics)
+
+
+def test_registered_under_its_name():
+    assignor = get("uniform")
+    assert isinstance(assignor, UniformAssignor)
+    assert assignor.name == "uniform"
+
+
+def test_empty_group_gets_empty_assignment():
+    assert assign({}, describer(t1=3)) == {}
+
+
+# --- homogeneous -------------------------------------------------------------------------------
+
+
+def test_new_group_is_dealt_in_member_then_topic_order():
+    result = assign({"C": member("t1", "t2"), "A": member("t1", "t2"), "B": member("t2", "t1")},
+                    describer(t1=3, t2=3))
+    assert result == {"A": {"t1": (0, 1)}, "B": {"t1": (2,), "t2": (0,)}, "C": {"t2": (1, 2)}}
+
+
+def test_member_joins_takes_only_the_surplus():
+    topics = describer(t1=3, t2=3)
+    result = assign({"A": member("t1", "t2", assignment={"t1": (0, 1, 2)}),
+                     "B": member("t1", "t2", assignment={"t2": (0, 1, 2)}),
+                     "C": member("t1", "t2")}, topics)
+    assert result == {"A": {"t1": (0, 1)}, "B": {"t2": (0, 1)}, "C": {"t1": (2,), "t2": (2,)}}
+
+
+def test_member_leaves_its_partitions_go_to_those_under_quota():
+    result = assign({"A": member("t1", "t2", assignment={"t1": (0, 1)}),
+                     "B": member("t1", "t2", assignment={"t1": (2,), "t2": (0,)})},
+                    describer(t1=3, t2=3))
+    assert result == {"A": {"t1": (0, 1), "t2": (1,)}, "B": {"t1": (2,), "t2": (0, 2)}}
+
+
+def test_subscription_change_drops_unsubscribed_topics():
+    result = assign({"A": member("t2", "t3", assignment={"t1": (0, 1, 2)}),
+                     "B": member("t2", "t3", assignment={"t2": (0, 1, 2)})},
+                    describer(t1=3, t2=3, t3=1))
+    # B keeps two of its three; the never-owned t3-0 is dealt first, then B's revoked t2-2.
+    assert result == {"A": {"t2": (2,), "t3": (0,)}, "B": {"t2": (0, 1)}}
+
+
+def test_stability_rule_keeps_a_balanced_assignment_whoever_holds_the_extra():
+    # 7 partitions over 3 members: before KAFKA-18688 the extra went to the first member, which
+    # moved a partition from C to A although the assignment was already balanced.
+    current = {"A": {"t1": (0, 1)}, "B": {"t1": (2, 3)}, "C": {"t1": (4, 5, 6)}}
+    members = {m: member("t1", assignment=a) for m, a in current.items()}
+    result = assign(members, describer(t1=7))
+    assert result == current
+    assert all(result[m] is current[m] for m in current)
+
+
+def test_stability_rule_forces_the_extra_when_no_member_is_left_to_take_it():
+    # A and B hand the extra slot back; C is the last member, so it must take it.
+    current = {"A": {"t1": (0, 1)}, "B": {"t1": (2, 3)}, "C": {"t1": (4, 5)}}
+    result = assign({m: member("t1", assignment=a) for m, a in current.items()}, describer(t1=7))
+    assert result == {"A": {"t1": (0, 1)}, "B": {"t1": (2, 3)}, "C": {"t1": (4, 5, 6)}}
+    assert result["A"] is current["A"] and result["B"] is current["B"]
+
+
+def test_new_group_gives_the_extra_partitions_to_the_last_members():
+    # Nobody holds anything, so every member hands the extra slot back until the members left
+    # are exactly as many as the extra slots (the stability rule's forced tail).
+    result = assign({m: member("t1") for m in "ABC"}, describer(t1=5))
+    assert result == {"A": {"t1": (0,)}, "B": {"t1": (1, 2)}, "C": {"t1": (3, 4)}}
+
+
+def test_more_members_than_partitions_leaves_some_empty():
+    result = assign({m: member("t1") for m in "ABCD"}, describer(t1=2))
+    assert result == {"A": {}, "B": {}, "C": {"t1": (0,)}, "D": {"t1": (1,)}}
+
+
+def test_unknown_topics_are_ignored_and_their_current_entries_dropped():
+    result = assign({"A": member("t1", "gone", assignment={"gone": (0,), "t1": (0,)}),
+                     "B": member("t1", "gone")}, describer(t1=2))
+    assert result == {"A": {"t1": (0,)}, "B": {"t1": (1,)}}
+
+
+def test_no_known_topic_gives_every_member_an_empty_assignment():
+    result = assign({"A": member("gone", assignment={"gone": (0,)}), "B": member()}, describer(t1=2))
+    assert result == {"A": {}, "B": {}}
+
+
+def test_malformed_current_assignment_is_cleaned():
+    # Out-of-range and negative partitions are dropped, a partition claimed twice stays with the
+    # first member in member order, non-tuples and unsorted tuples are normalised.
+    result = assign({"A": member("t1", assignment={"t1": (5, 0, -1, 9)}),
+                     "B": member("t1", assignment={"t1": [0, 2]}),
+                     "C": member("t1", assignment={"t1": ()})},
+                    describer(t1=6))
+    assert result == {"A": {"t1": (0, 5)}, "B": {"t1": (1, 2)}, "C": {"t1": (3, 4)}}
+    assert all(type(p) is tuple for a in result.values() for p in a.values())
+
+
+def test_uuid_topic_ids_sort_by_value_and_match_equal_copies():
+    ids = sorted(uuid.UUID(int=random.Random(7).getrandbits(128) >> s) for s in (0, 8, 16))
+    topics = TopicDescriber({t: TopicMetadata(2) for t in ids})
+    subs = frozenset(ids)
+    first = ASSIGNOR.assign(GroupSpec.of({"A": MemberSubscription(subs), "B": MemberSubscription(subs)}), topics)
+    assert first == {"A": {ids[0]: (0, 1), ids[1]: (0,)}, "B": {ids[1]: (1,), ids[2]: (0, 1)}}
+    # Equal but distinct UUID objects in the current assignment are recognised.
+    copies = {m: {uuid.UUID(str(t)): p for t, p in a.items()} for m, a in first.items()}
+    again = ASSIGNOR.assign(GroupSpec.of({m: MemberSubscription(subs, assignment=a) for m, a in copies.items()}),
+                            topics)
+    assert again == first
+
+
+def test_unchanged_members_get_their_current_mapping_back():
+    topics = describer(t1=30, t2=7)
+    members = {f"m{i}": member("t1", "t2") for i in range(5)}
+    first = assign(members, topics)
+    members["m9"] = member("t1", "t2")
+    second = rerun(first, members, topics)
+    moved = {m for m in first if second[m] != first[m]}
+    assert moved and len(moved) < len(first)
+    assert all(second[m] is first[m] for m in first if m not in moved)
+
+
+# --- heterogeneous -----------------------------------------------------------------------------
+
+
+def test_heterogeneous_overlapping_subscriptions():
+    result = assign({"A": member("t1"), "B": member("t1", "t2"), "C": member("t2")}, describer(t1=3, t2=3))
+    assert result == {"A": {"t1": (0, 2)}, "B": {"t1": (1,), "t2": (2,)}, "C": {"t2": (0, 1)}}
+
+
+def test_heterogeneous_topics_with_more_partitions_per_subscriber_go_first():
+    # t2 has 4 partitions for one subscriber, so it is placed before t1 (3 for two); B then
+    # gets most of t1.
+    result = assign({"A": member("t1", "t2"), "B": member("t1")}, describer(t1=3, t2=4))
+    assert result == {"A": {"t2": (0, 1, 2, 3)}, "B": {"t1": (0, 1, 2)}}
+
+
+def test_heterogeneous_member_without_subscription_gets_nothing():
+    result = assign({"A": member("t1"), "B": member()}, describer(t1=2))
+    assert result == {"A": {"t1": (0, 1)}, "B": {}}
+
+
+def test_heterogeneous_member_joins_and_balancing_moves_highest_partitions():
+    topics = describer(t1=6, t2=2)
+    b_current = {"t2": (0, 1)}
+    result = assign({"A": member("t1", assignment={"t1": (0, 1, 2, 3, 4, 5)}),
+                     "B": member("t1", "t2", assignment=b_current),
+                     "C": member("t1")}, topics)
+    # Loads start A=6, B=2, C=0. C, the least loaded, takes A's highest partitions one at a
+    # time; once A (3) and the least-loaded range (B and C at 2) differ by one, t1 is balanced.
+    assert result == {"A": {"t1": (0, 1, 2)}, "B": {"t2": (0, 1)}, "C": {"t1": (3, 4, 5)}}
+    assert result["B"] is b_current
+
+
+def test_heterogeneous_subscription_change_revokes_and_rebalances():
+    topics = describer(t1=4, t2=4)
+    first = assign({"A": member("t1", "t2"), "B": member("t1")}, topics)
+    assert first == {"A": {"t2": (0, 1, 2, 3)}, "B": {"t1": (0, 1, 2, 3)}}
+    second = assign({"A": member("t2", assignment=first["A"]), "B": member("t1", "t2", assignment=first["B"])},
+                    topics)
+    # Both still subscribe to what they hold: nothing moves and the very same mappings come back.
+    assert second == first
+    assert second["A"] is first["A"] and second["B"] is first["B"]
+    third = assign({"A": member("t1", assignment=first["A"]), "B": member("t2", assignment=first["B"])}, topics)
+    assert third == {"A": {"t1": (0, 1, 2, 3)}, "B": {"t2": (0, 1, 2, 3)}}
+
+
+def test_heterogeneous_disjoint_buckets_are_each_perfectly_balanced():
+    topics = describer(**{f"t{i}": 7 for i in range(6)})
+    members = {f"m{i:02d}": member(*(f"t{j}" for j in ((0, 1, 2) if i < 4 else (3, 4, 5)))) for i in range(10)}
+    result = assign(members, topics)
+    loads = {m: sum(map(len, a.values())) for m, a in result.items()}
+    assert sorted(loads[m] for m in list(members)[:4]) == [5, 5, 5, 6]
+    assert sorted(loads[m] for m in list(members)[4:]) == [3, 3, 3, 4, 4, 4]
+
+
+# --- properties --------------------------------------------------------------------------------
+
+TOPIC_NAMES = ["t0", "t1", "t2", "t3", "t4"]
+SUBSCRIBABLE = TOPIC_NAMES + ["unknown"]
+
+
+@st.composite
+def groups(draw, homogeneous: bool):
+    counts = draw(st.dictionaries(st.sampled_from(TOPIC_NAMES), st.integers(0, 12), max_size=5))
+    member_ids = draw(st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=7, unique=True))
+    topic_sets = st.frozensets(st.sampled_from(SUBSCRIBABLE), max_size=4)
+    shared = draw(topic_sets)
+    partitions = st.lists(st.integers(-1, 13), max_size=6)
+    members = {}
+    for m in member_ids:
+        subscription = shared if homogeneous else draw(topic_sets)
+        current = draw(st.dictionaries(st.sampled_from(SUBSCRIBABLE), partitions, max_size=3))
+        shape = draw(st.sampled_from(["canonical", "raw", "list"]))
+        if shape == "canonical":
+            current = {t: tuple(sorted(set(p))) for t, p in current.items() if p}
+        elif shape == "raw":
+            current = {t: tuple(p) for t, p in current.items()}
+        members[m] = MemberSubscription(subscription, assignment=current)
+    return members, TopicDescriber({t: TopicMetadata(n) for t, n in counts.items()})
+
+
+def check_contract(members: dict, topics: TopicDescriber, result: dict) -> None:
+    assert set(result) == set(members)
+    owners: dict = {}
+    for m, assignment in result.items():
+        for t, parts in assignment.items():
+            assert t in members[m].subscribed_topic_ids
+            assert type(parts) is tuple and parts and list(parts) == sorted(set(parts))
+            assert 0 <= parts[0] and parts[-1] < topics.num_partitions(t)
+            for p in parts:
+                assert (t, p) not in owners, f"{t}-{p} owned twice"
+                owners[(t, p)] = m
+    subscribed = set().union(*(s.subscribed_topic_ids for s in members.values()))
+    expected = {(t, p) for t in subscribed for p in range(max(topics.num_partitions(t), 0))}
+    assert set(owners) == expected
+
+
+def loads(result: dict) -> dict:
+    return {m: sum(map(len, a.values())) for m, a in result.items()}
+
+
+def permuted(members: dict, rng: random.Random) -> dict:
+    order = list(members)
+    rng.shuffle(order)
+    out = {}
+    for m in order:
+        s = members[m]
+        items = list(s.assignment.items())
+        rng.shuffle(items)
+        out[m] = MemberSubscription(frozenset(sorted(s.subscribed_topic_ids, key=lambda _: rng.random())),
+                                    assignment=dict(items))
+    return out
+
+
+PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY_SETTINGS
+@given(groups(homogeneous=True), st.randoms(use_true_random=False))
+def test_homogeneous_properties(group, rng):
+    members, topics = group
+    spec = GroupSpec.of(members)
+    assert spec.subscription_type is SubscriptionType.HOMOGENEOUS
+    result = ASSIGNOR.assign(spec, topics)
+    check_contract(members, topics, result)
+    sizes = loads(result).values()
+    assert max(sizes) - min(sizes) <= 1
+    assert result == reference_homogeneous(members, topics)
+    assert assign_homogeneous(spec, topics, vectorised=True) == result
+    assert assign_homogeneous(spec, topics, vectorised=False) == result
+    assert ASSIGNOR.assign(GroupSpec.of(permuted(members, rng)), topics) == result
+    again = rerun(result, members, topics)
+    assert again == result
+    assert all(again[m] is result[m] for m in result)
+
+
+@PROPERTY_SETTINGS
+@given(groups(homogeneous=False), st.randoms(use_true_random=False))
+def test_heterogeneous_properties(group, rng):
+    members, topics = group
+    spec = GroupSpec(members, SubscriptionType.HETEROGENEOUS)
+    result = ASSIGNOR.assign(spec, topics)
+    check_contract(members, topics, result)
+    assert result == reference_heterogeneous(members, topics)
+    load = loads(result)
+    # Balanced per topic: no partition of a topic can move to another of its subscribers and
+    # narrow the gap (what the balancing passes guarantee once they converge).
+    for t in {t for s in members.values() for t in s.subscribed_topic_ids}:
+        subscribers = [m for m, s in members.items() if t in s.subscribed_topic_ids]
+        holders = [m for m in subscribers if t in result[m]]
+        if len(subscribers) >= 2 and holders:
+            assert max(load[m] for m in holders) - min(load[m] for m in subscribers) <= 1
+    shuffled = permuted(members, rng)
+    assert ASSIGNOR.assign(GroupSpec(shuffled, SubscriptionType.HETEROGENEOUS), topics) == result
+    again = ASSIGNOR.assign(GroupSpec({m: MemberSubscription(s.subscribed_topic_ids, assignment=result[m])
+                                       for m, s in members.items()}, SubscriptionType.HETEROGENEOUS), topics)
+    assert again == result
+    assert all(again[m] is result[m] for m in result)
+
+
+@PROPERTY_SETTINGS
+@given(st.integers(1, 40), st.integers(1, 6), st.integers(0, 30), st.randoms(use_true_random=False))
+def test_heterogeneous_identical_subscriptions_balance_like_homogeneous(member_count, topic_count, partitions, rng):
+    """Buckets of members sharing a subscription end up with max - min <= 1 inside each bucket."""
+    topics = TopicDescriber({f"t{i}": TopicMetadata(rng.randint(0, partitions)) for i in range(topic_count)})
+    members = {}
+    for i in range(member_count):
+        bucket = i % 2
+        members[f"m{i:02d}"] = member(*(f"t{j}" for j in range(topic_count) if j % 2 == bucket))
+    result = ASSIGNOR.assign(GroupSpec(members, SubscriptionType.HETEROGENEOUS), topics)
+    check_contract(members, topics, result)
+    for bucket in (0, 1):
+        sizes = [len_ for m, len_ in loads(result).items() if int(m[1:]) % 2 == bucket]
+        if sizes:
+            assert max(sizes) - min(sizes) <= 1
+
+
+def reference_homogeneous(members: dict, topics: TopicDescriber) -> dict:
+    """Kafka's homogeneous builder, partition by partition, in the canonical order."""
+    ids = sorted(members)
+    subscription = members[ids[0]].subscribed_topic_ids
+    counts = {t: topics.num_partitions(t) for t in sorted(subscription) if topics.num_partitions(t) >= 0}
+    owner: dict = {}
+    walk: dict = {m: [] for m in ids}
+    for m in ids:
+        current = members[m].assignment
+        for t in sorted(current):
+            if t not in counts:
+                continue
+            for p in sorted(set(current[t])):
+                if 0 <= p < counts[t] and (t, p) not in owner:
+                    owner[(t, p)] = m
+                    walk[m].append((t, p))
+    unassigned = [(t, p) for t, n in counts.items() for p in range(n) if (t, p) not in owner]
+    min_quota, extra = divmod(sum(counts.values()), len(ids))
+    target: dict = {}
+    unfilled = []
+    for i, m in enumerate(ids):
+        quota, granted = min_quota, False
+        if extra > 0:
+            quota, granted = quota + 1, True
+        target[m] = walk[m][:quota]
+        unassigned += walk[m][quota:]
+        quota -= len(target[m])
+        if granted and quota > 0 and len(ids) - i > extra:
+            quota, granted = quota - 1, False
+        if quota > 0:
+            unfilled.append((m, quota))
+        if granted:
+            extra -= 1
+    position = 0
+    for m, quota in unfilled:
+        target[m] += unassigned[position:position + quota]
+        position += quota
+    assert position == len(unassigned)
+    result = {}
+    for m, pairs in target.items():
+        by_topic: dict = {}
+        for t, p in sorted(pairs):
+            by_topic.setdefault(t, []).append(p)
+        result[m] = {t: tuple(ps) for t, ps in by_topic.items()}
+    return result
+
+
+@pytest.mark.parametrize("member_count,partitions", [(1, 0), (3, 1), (64, 1000), (1000, 999)])
+def test_larger_homogeneous_groups_match_the_reference(member_count, partitions):
+    rng = random.Random(member_count)
+    counts = {f"t{i:03d}": rng.randint(0, 2 * partitions // 10 + 1) for i in range(10)}
+    topics = describer(**counts)
+    subscription = frozenset(counts)
+    members = {f"m{i:04d}": MemberSubscription(subscription) for i in range(member_count)}
+    first = assign(members, topics)
+    assert first == reference_homogeneous(members, topics)
+    assert assign_homogeneous(GroupSpec.of(members), topics, vectorised=not_default(members, topics)) == first
+    # Some members leave, others join: still Kafka's answer.
+    survivors = {m: MemberSubscription(subscription, assignment=a) for m, a in first.items() if rng.random() < 0.7}
+    survivors.update({f"n{i:04d}": MemberSubscription(subscription) for i in range(member_count // 3 + 1)})
+    second = assign(survivors, topics)
+    assert second == reference_homogeneous(survivors, topics)
+    assert assign_homogeneous(GroupSpec.of(survivors), topics, vectorised=not_default(survivors, topics)) == second
+    check_contract(survivors, topics, second)
+
+
+def not_default(members: dict, topics: TopicDescriber) -> bool:
+    """The path `assign` would not take for this group, so that both paths are exercised."""
+    total = sum(max(topics.num_partitions(t), 0) for t in next(iter(members.values())).subscribed_topic_ids)
+    return total <= SMALL_PARTITIONS and len(members) <= SMALL_MEMBERS
+
+
+def reference_heterogeneous(members: dict, topics: TopicDescriber) -> dict:
+    """Kafka's heterogeneous builder with dict state and one partition at a time.
+
+    It shares only `_LoadRanges` (the member ranges) with the implementation, so it checks the
+    bulk fill, the skipped balancing work and the index bookkeeping against the plain algorithm.
+    """
+    ids = sorted(members)
+    subs = [members[m].subscribed_topic_ids for m in ids]
+    counts = {t: topics.num_partitions(t) for s in subs for t in s if topics.num_partitions(t) >= 0}
+    subscribers = {t: [i for i, s in enumerate(subs) if t in s] for t in counts}
+    owner = {t: [-1] * n for t, n in counts.items()}
+    loads = [0] * len(ids)
+    for i, m in enumerate(ids):
+        for t, parts in members[m].assignment.items():
+            if t in counts and t in subs[i]:
+                for p in parts:
+                    if 0 <= p < counts[t] and owner[t][p] == -1:
+                        owner[t][p] = i
+                        loads[i] += 1
+
+    def order(topic_ids):
+        return sorted(topic_ids, key=lambda t: (-(counts[t] / len(subscribers[t])), len(subscribers[t]), t))
+
+    for t in order(t for t in counts if -1 in owner[t]):
+        ranges = _LoadRanges(subscribers[t], loads)
+        for p in range(counts[t]):
+            if owner[t][p] == -1:
+                owner[t][p] = ranges.next_least_loaded()
+                loads[owner[t][p]] += 1
+
+    def balance_topic(t):
+        ranges = _LoadRanges(subscribers[t], loads)
+        if loads[ranges.ordered[-1]] - loads[ranges.ordered[0]] <= 1:
+            return 0
+        held = {}
+        for p in sorted(range(counts[t]), key=lambda p: (owner[t][p], p)):
+            held.setdefault(owner[t][p], []).append(p)
+        moved = 0
+        while not ranges.balanced():
+            donor = ranges.next_most_loaded()
+            while donor != -1 and not held.get(donor):
+                ranges.exclude_most_loaded()
+                donor = ranges.next_most_loaded()
+            if donor == -1:
+                break
+            p = held[donor].pop()
+            receiver = ranges.next_least_loaded()
+            if ranges.balanced():
+                break
+            owner[t][p] = receiver
+            loads[donor] -= 1
+            loads[receiver] += 1
+            moved += 1
+        return moved
+
+    candidates = order(t for t in counts if len(subscribers[t]) >= 2)
+    last = -1
+    for _ in range(MAX_ITERATION_COUNT):
+        for position, t in enumerate(candidates):
+            if position == last:
+                break
+            if balance_topic(t) or last == -1:
+                last = position
+        else:
+            continue
+        break
+
+    result = {m: {} for m in ids}
+    for t in sorted(counts):
+        for p, i in enumerate(owner[t]):
+            result[ids[i]][t] = result[ids[i]].get(t, ()) + (p,)
+    return result
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_larger_heterogeneous_groups_match_the_reference(seed):
+    rng = random.Random(seed)
+    names = [f"t{i:02d}" for i in range(12)]
+    topics = describer(**{t: rng.randint(0, 40) for t in names})
+    members = {f"m{i:03d}": member(*rng.sample(names, rng.randint(1, 5))) for i in range(60)}
+    first = assign(members, topics)
+    assert first == reference_heterogeneous(members, topics)
+    # Members leave, join and change subscriptions; the survivors bring their assignment.
+    survivors = {}
+    for m, s in members.items():
+        if rng.random() < 0.8:
+            topics_now = s.subscribed_topic_ids if rng.random() < 0.8 else frozenset(rng.sample(names, 3))
+            survivors[m] = MemberSubscription(topics_now, assignment=first[m])
+    survivors.update({f"n{i:03d}": member(*rng.sample(names, 4)) for i in range(10)})
+    second = assign(survivors, topics)
+    assert second == reference_heterogeneous(survivors, topics)
+    check_contract(survivors, topics, second)
