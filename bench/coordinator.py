@@ -1,7 +1,8 @@
-"""Coordinator benchmarks: steady-state heartbeat, one join into a large group, record replay.
+"""Coordinator benchmarks: steady-state heartbeat, one join into a large group, record replay, and
+a classic-protocol rebalance.
 
 Usage: .venv/bin/python bench/coordinator.py [--members 10000] [--topics 10] [--partitions-per-topic 10000]
-                                            [--assignor uniform] [--repeat 5]
+                                            [--assignor uniform] [--repeat 5] [--only consumer|classic]
 
 Targets (issue 3): steady-state heartbeat <= 20 us in the core; one member joining a 10,000-member
 group (target assignment + records) <= 100 ms; replay >= 200,000 records/s.
@@ -40,6 +41,9 @@ from cohort.coordinator.records import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
+from cohort.coordinator.consumer_protocol import Assignment as ProtocolAssignment
+from cohort.coordinator.consumer_protocol import Subscription, encode_assignment, encode_subscription
+from cohort.coordinator.requests import HeartbeatRequest, JoinGroupRequest, Parked, SyncGroupRequest
 from cohort.assignors import GroupSpec, MemberSubscription, get
 from cohort.coordinator.target import GroupTopicDescriber
 
@@ -155,6 +159,113 @@ def history_records(members: list[str], image: MetadataImage, rounds: int) -> li
     return out
 
 
+class ClassicRun:
+    """Drives classic members against one shard on a simulated clock; only shard calls are timed."""
+
+    def __init__(self, partitions: int):
+        self.shard = GroupCoordinatorShard(CoordinatorConfig(), image=make_image(1, partitions))
+        self.shard.on_loaded(0)
+        self.partitions = partitions
+        self.cpu = 0.0
+        self.parked: dict[int, str] = {}
+        self.joined: dict[str, object] = {}  # member id -> its JoinGroup response
+        self.synced: dict[str, object] = {}
+        self.subscription = encode_subscription(Subscription(("topic-0",)))
+
+    def call(self, request, now: int):
+        start = CLOCK()
+        result = self.shard.handle(request, now)
+        self.shard.commit(result.end_offset)
+        self.cpu += CLOCK() - start
+        return self._absorb(result, getattr(request, "member_id", ""))
+
+    def expire(self, now: int) -> None:
+        start = CLOCK()
+        result = self.shard.expire(now)
+        self.shard.commit(result.end_offset)
+        self.cpu += CLOCK() - start
+        self._absorb(result, "")
+
+    def _absorb(self, result, member_id: str):
+        for rid, response in result.completions:
+            self._store(self.parked.pop(rid), response)
+        response = result.response
+        if isinstance(response, Parked):
+            self.parked[response.request_id] = member_id
+        elif member_id:
+            self._store(member_id, response)
+        return response
+
+    def _store(self, member_id: str, response) -> None:
+        (self.joined if hasattr(response, "generation_id") else self.synced)[member_id] = response
+
+    def join(self, client: str, now: int, member_id: str = "") -> str:
+        request = JoinGroupRequest("classic-bench", member_id, "consumer", (("range", self.subscription),), 10_000,
+                                   60_000, client_id=client)
+        response = self.call(request, now)
+        if not member_id and not isinstance(response, Parked) and response.error_code == 79:
+            member_id = response.member_id
+            self.call(JoinGroupRequest("classic-bench", member_id, "consumer", (("range", self.subscription),),
+                                       10_000, 60_000, client_id=client), now)
+        return member_id
+
+    def sync_all(self, generation: int, now: int) -> None:
+        """Followers sync first (parked), then the leader with a range assignment (built untimed)."""
+        leader = next(r for r in self.joined.values() if r.members)
+        ids = sorted(m.member_id for m in leader.members)
+        quota, extra = divmod(self.partitions, len(ids))
+        assignments, start = [], 0
+        for i, m in enumerate(ids):
+            size = quota + (1 if i < extra else 0)
+            assignments.append((m, encode_assignment(ProtocolAssignment((("topic-0", tuple(range(start, start + size))),)))))
+            start += size
+        for m in ids:
+            if m != leader.member_id:
+                self.call(SyncGroupRequest("classic-bench", generation, m), now)
+        self.call(SyncGroupRequest("classic-bench", generation, leader.member_id, assignments=assignments), now)
+        assert len(self.synced) == len(ids) and all(r.error_code == 0 for r in self.synced.values())
+
+
+def bench_classic(members: int, partitions: int, repeat: int) -> None:
+    """A classic group of `members` on `partitions` partitions forms, then one more member joins.
+
+    Heartbeats every 3 s: the existing members learn about the rebalance from their next heartbeat
+    (spread evenly over the interval) and re-join; the join phase ends with the last of them.
+    Reports shard CPU time and the simulated time each phase waits on timers and heartbeats."""
+    form_cpu, form_sim, join_cpu, join_sim = [], [], [], []
+    for _ in range(repeat):
+        run = ClassicRun(partitions)
+        gc.collect()
+        ids = [run.join(f"client-{i}", 0) for i in range(members)]
+        now = 0
+        while len(run.joined) < members:
+            now = run.shard.next_deadline()
+            run.expire(now)
+        run.sync_all(1, now)
+        form_cpu.append(run.cpu * 1e3)
+        form_sim.append(now)
+        run.cpu, run.joined, run.synced = 0.0, {}, {}
+        start = now + 1_000
+        newcomer = run.join("newcomer", start)
+        interval = 3_000
+        for i, member_id in enumerate(ids):
+            t = start + (i + 1) * interval // members
+            response = run.call(HeartbeatRequest("classic-bench", 1, member_id), t)
+            assert response.error_code == 27, response  # REBALANCE_IN_PROGRESS
+            run.join(f"client-{i}", t, member_id)
+        assert newcomer in run.joined and len(run.joined) == members + 1
+        run.sync_all(2, t)
+        join_cpu.append(run.cpu * 1e3)
+        join_sim.append(t - start)
+    print(f"classic group forms ({members} members, {partitions} partitions, Empty -> Stable):")
+    print(f"    shard CPU                            : median {statistics.median(form_cpu):7.2f} ms")
+    print(f"    simulated time (initial delay)       : {statistics.median(form_sim):7.0f} ms")
+    print(f"one more classic member joins (-> next Stable generation):")
+    print(f"    shard CPU                            : median {statistics.median(join_cpu):7.2f} ms, "
+          f"min {min(join_cpu):.2f} ms, max {max(join_cpu):.2f} ms")
+    print(f"    simulated time (heartbeats, re-joins): {statistics.median(join_sim):7.0f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--members", type=int, default=10_000)
@@ -164,11 +275,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--heartbeats", type=int, default=200_000)
     parser.add_argument("--wall", action="store_true", help="measure wall-clock instead of process CPU time")
+    parser.add_argument("--only", choices=["consumer", "classic"], help="run only one family of cases")
+    parser.add_argument("--classic-members", type=int, default=10)
+    parser.add_argument("--classic-partitions", type=int, default=900)
     args = parser.parse_args()
     if args.wall:
         global CLOCK
         CLOCK = time.perf_counter
     print(f"clock: {'wall' if args.wall else 'process CPU'} time")
+    if args.only != "consumer":
+        bench_classic(args.classic_members, args.classic_partitions, args.repeat)
+    if args.only == "classic":
+        return
 
     image = make_image(args.topics, args.partitions_per_topic)
     records = stable_group_records(image, args.members, args.assignor)

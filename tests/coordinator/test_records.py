@@ -25,6 +25,9 @@ from cohort.coordinator.records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     GroupConfigurationKey,
     GroupConfigurationValue,
+    GroupMetadataKey,
+    GroupMetadataMember,
+    GroupMetadataValue,
     MemberState,
     OffsetCommitKey,
     OffsetCommitValue,
@@ -56,6 +59,11 @@ SAMPLES = [
     Record(ConsumerGroupCurrentMemberAssignmentKey("g", "m"), None),
     Record(ConsumerGroupRegularExpressionKey("g", "x.*"), ConsumerGroupRegularExpressionValue(("xa", "xb"), 12, 99)),
     Record(GroupConfigurationKey("g"), GroupConfigurationValue((("consumer.session.timeout.ms", "50000"),))),
+    Record(GroupMetadataKey("g"), GroupMetadataValue("consumer", 3, "range", "m1", 1234, (
+        GroupMetadataMember("m1", None, "c", "/h", 60000, 10000, b"\x00\x01sub", b"\x00\x01asg"),
+        GroupMetadataMember("m2", "i2", "c", "/h", 60000, 10000, b"", b"")))),
+    Record(GroupMetadataKey("g"), GroupMetadataValue("consumer", 4, None, None, 99, ())),
+    Record(GroupMetadataKey("g"), None),
 ]
 
 
@@ -108,7 +116,7 @@ def test_unknown_member_state_byte_reads_as_unknown():
     assert decode(key, patched).value.state is MemberState.UNKNOWN
 
 
-@pytest.mark.parametrize("record", SAMPLES[:2] + SAMPLES[3:5] + SAMPLES[6:11] + SAMPLES[12:],
+@pytest.mark.parametrize("record", SAMPLES[:2] + SAMPLES[3:5] + SAMPLES[6:11] + SAMPLES[12:16],
                          ids=lambda r: type(r.key).__name__)
 def test_truncated_and_padded_values_are_rejected(record):
     key, value = encode(record)
@@ -119,8 +127,10 @@ def test_truncated_and_padded_values_are_rejected(record):
 
 
 def test_unknown_types_and_versions_are_rejected():
-    with pytest.raises(RecordFormatError, match="unsupported coordinator record type 2"):
-        decode(b"\x00\x02\x00\x01g", b"\x00\x00")
+    with pytest.raises(RecordFormatError, match="unsupported coordinator record type 4"):
+        decode(b"\x00\x04\x00\x01g", b"\x00\x00")
+    with pytest.raises(RecordFormatError, match="unsupported GroupMetadata value version 4"):
+        decode(b"\x00\x02\x00\x01g", b"\x00\x04")
     with pytest.raises(RecordFormatError, match="unsupported value version 3"):
         decode(b"\x00\x03\x00\x01g", b"\x00\x03\x00\x00\x00\x01\x00")
     with pytest.raises(RecordFormatError):
@@ -138,3 +148,14 @@ def test_current_assignment_round_trip_property(epoch, prev, state, assigned, pe
     record = Record(ConsumerGroupCurrentMemberAssignmentKey("g", member_id),
                     ConsumerGroupCurrentMemberAssignmentValue(epoch, prev, state, assigned, pending))
     assert decode(*encode(record)) == record
+
+
+def test_classic_group_metadata_value_layout_v3():
+    value = GroupMetadataValue("consumer", 3, "range", None, 5, (
+        GroupMetadataMember("m", "i", "c", "h", 60000, 10000, b"S", b""),))
+    _, data = encode(Record(GroupMetadataKey("g"), value))
+    assert data == (struct.pack(">h", 3) + struct.pack(">h", 8) + b"consumer" + struct.pack(">i", 3)
+                    + struct.pack(">h", 5) + b"range" + struct.pack(">h", -1) + struct.pack(">q", 5)
+                    + struct.pack(">i", 1) + struct.pack(">h", 1) + b"m" + struct.pack(">h", 1) + b"i"
+                    + struct.pack(">h", 1) + b"c" + struct.pack(">h", 1) + b"h" + struct.pack(">ii", 60000, 10000)
+                    + struct.pack(">i", 1) + b"S" + struct.pack(">i", 0))

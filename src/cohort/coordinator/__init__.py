@@ -1,4 +1,5 @@
-"""The group coordinator: pure state machines for KIP-848 consumer groups and their offsets."""
+"""The group coordinator: pure state machines for KIP-848 consumer groups, classic groups, online
+migration between them, and their offsets."""
 
 from cohort.coordinator.config import CoordinatorConfig, GroupConfig
 from cohort.coordinator.consumer_group import ConsumerGroup, ConsumerGroupMember, GroupState, GroupType

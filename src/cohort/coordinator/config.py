@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from cohort.coordinator.errors import CoordinatorError, Errors
 
 INT_MAX = 2**31 - 1
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 
 
 def _int(props: Mapping[str, object], name: str, default: int) -> int:
@@ -46,6 +47,13 @@ class CoordinatorConfig:
     offsets_retention_ms: int = 10_080 * 60_000
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    # classic protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup)
+    classic_min_session_timeout_ms: int = 6_000
+    classic_max_session_timeout_ms: int = 1_800_000
+    classic_initial_rebalance_delay_ms: int = 3_000
+    classic_max_size: int = INT_MAX
+    classic_new_member_join_timeout_ms: int = 300_000  # Kafka's CLASSIC_GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS
+    consumer_migration_policy: str = "bidirectional"
 
     PROPERTIES = {
         "group.consumer.session.timeout.ms": "consumer_session_timeout_ms",
@@ -57,6 +65,10 @@ class CoordinatorConfig:
         "group.consumer.max.size": "consumer_max_size",
         "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
         "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+        "group.min.session.timeout.ms": "classic_min_session_timeout_ms",
+        "group.max.session.timeout.ms": "classic_max_session_timeout_ms",
+        "group.initial.rebalance.delay.ms": "classic_initial_rebalance_delay_ms",
+        "group.max.size": "classic_max_size",
     }
 
     def __post_init__(self) -> None:
@@ -80,6 +92,24 @@ class CoordinatorConfig:
             raise ValueError("offsets.retention.minutes and offsets.retention.check.interval.ms must be positive")
         if self.offset_metadata_max_bytes < 0:
             raise ValueError("offset.metadata.max.bytes must not be negative")
+        if not 0 <= self.classic_min_session_timeout_ms <= self.classic_max_session_timeout_ms:
+            raise ValueError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if self.classic_initial_rebalance_delay_ms < 0:
+            raise ValueError("group.initial.rebalance.delay.ms must not be negative")
+        if self.classic_max_size < 1:
+            raise ValueError("group.max.size must be at least 1")
+        if self.consumer_migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}")
+
+    @property
+    def upgrade_allowed(self) -> bool:
+        """Classic -> consumer conversion allowed (policy bidirectional or upgrade)."""
+        return self.consumer_migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def downgrade_allowed(self) -> bool:
+        """Consumer -> classic conversion allowed (policy bidirectional or downgrade)."""
+        return self.consumer_migration_policy in ("bidirectional", "downgrade")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> "CoordinatorConfig":
@@ -90,6 +120,8 @@ class CoordinatorConfig:
                 kwargs[attr] = _int(props, name, 0)
         if "group.consumer.assignors" in props:
             kwargs["consumer_assignors"] = _list(props, "group.consumer.assignors", ())
+        if "group.consumer.migration.policy" in props:
+            kwargs["consumer_migration_policy"] = str(props["group.consumer.migration.policy"]).strip().lower()
         if "offsets.retention.minutes" in props:
             kwargs["offsets_retention_ms"] = _int(props, "offsets.retention.minutes", 0) * 60_000
         return cls(**kwargs)  # type: ignore[arg-type]

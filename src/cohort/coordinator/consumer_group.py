@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from cohort.coordinator.classic_group import ClassicGroup
 from cohort.coordinator.config import NO_OVERRIDES, CoordinatorConfig, GroupConfig
 from cohort.coordinator.errors import IllegalStateError
 from cohort.coordinator.records import (
@@ -33,6 +34,7 @@ from cohort.coordinator.records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     GroupConfigurationKey,
     GroupConfigurationValue,
+    GroupMetadataKey,
     MemberState,
     OffsetCommitKey,
     OffsetCommitValue,
@@ -331,13 +333,15 @@ class ConsumerGroup:
 
 
 class ShardState:
-    """Everything a shard persists: consumer groups, committed offsets and group configs."""
+    """Everything a shard persists: consumer groups, classic groups, committed offsets and group
+    configs. A group id names at most one consumer group or classic group."""
 
-    __slots__ = ("groups", "offsets", "configs", "config")
+    __slots__ = ("groups", "classic_groups", "offsets", "configs", "config")
 
     def __init__(self, config: CoordinatorConfig):
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
+        self.classic_groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         self.configs: dict[str, GroupConfig] = {}
 
@@ -373,6 +377,8 @@ class ShardState:
                 return None, False
             old_value = None if old_cfg is None else GroupConfigurationValue(tuple(sorted(old_cfg.raw.items())))
             return Record(key, old_value), False
+        if cls is GroupMetadataKey:
+            return self._apply_classic(gid, record, track)
 
         group = self.groups.get(gid)
         created = False
@@ -434,6 +440,23 @@ class ShardState:
         else:
             raise IllegalStateError(f"cannot replay record key {key!r}")
         return (Record(key, inverse), created) if track else (None, created)
+
+    def _apply_classic(self, gid: str, record: Record, track: bool) -> tuple[Record | None, bool]:
+        """A classic group's record. Live, the handler has already changed the group in place and
+        the record only becomes its persisted generation; replayed (loading, or an undo) the group
+        is rebuilt from it, as Kafka loads classic groups."""
+        old = self.classic_groups.get(gid)
+        previous = None if old is None else old.persisted
+        value = record.value
+        if value is None:
+            self.classic_groups.pop(gid, None)
+        elif track and old is not None:
+            old.persisted = value  # type: ignore[assignment]
+        else:
+            self.classic_groups[gid] = ClassicGroup.from_record(gid, value)  # type: ignore[arg-type]
+        if not track:
+            return None, False
+        return Record(record.key, previous), False
 
     def drop_group(self, group_id: str) -> None:
         """Undo the implicit creation of a group by a record."""

@@ -4,12 +4,21 @@ Member-epoch validation follows KIP-848: consumer-protocol members must commit w
 current member epoch (STALE_MEMBER_EPOCH otherwise) and OffsetCommit >= v9; classic members in a
 consumer group get ILLEGAL_GENERATION; admin commits (epoch < 0) are accepted only by empty
 groups or groups that do not exist (a "simple" group holding nothing but offsets).
+
+Classic groups follow the classic rules: a member commits with the group's generation
+(ILLEGAL_GENERATION otherwise, UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID for unknown or fenced
+members), nobody commits while the group is CompletingRebalance (REBALANCE_IN_PROGRESS), and a
+manual commit (generation -1, empty member id, no instance id) is accepted only while the group is
+Empty. A member's commit counts as a heartbeat.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cohort.coordinator import classic
+from cohort.coordinator.classic_group import ClassicGroup, ClassicGroupState
+from cohort.coordinator.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.records import OffsetCommitKey, OffsetCommitValue
 from cohort.coordinator.requests import (
@@ -29,11 +38,15 @@ if TYPE_CHECKING:
     from cohort.coordinator.shard import GroupCoordinatorShard
 
 
-def _validate_commit(shard: "GroupCoordinatorShard", req: OffsetCommitRequest) -> None:
+def _validate_commit(shard: "GroupCoordinatorShard", req: OffsetCommitRequest, now: int) -> None:
     gid = req.group_id
     if not gid or not gid.strip():
         raise CoordinatorError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
     epoch = req.generation_id_or_member_epoch
+    classic_group = shard.state.classic_groups.get(gid)
+    if classic_group is not None:
+        _validate_classic_commit(shard, classic_group, req, now)
+        return
     group = shard.state.groups.get(gid)
     if group is None:
         if epoch < 0:
@@ -61,8 +74,32 @@ def _validate_commit(shard: "GroupCoordinatorShard", req: OffsetCommitRequest) -
                                f"The member epoch {epoch} is stale; the current member epoch is {member.member_epoch}.")
 
 
+def _validate_classic_commit(shard: "GroupCoordinatorShard", group: ClassicGroup, req: OffsetCommitRequest,
+                             now: int) -> None:
+    epoch = req.generation_id_or_member_epoch
+    if group.is_in(ClassicGroupState.DEAD):
+        raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE, f"Group {group.group_id} is dead.")
+    if epoch < 0 and group.is_in(ClassicGroupState.EMPTY):
+        return
+    member = None
+    if epoch >= 0 or req.member_id or req.group_instance_id is not None:
+        member = classic._validate_member(group, req.member_id, req.group_instance_id)
+        if epoch != group.generation_id:
+            raise CoordinatorError(Errors.ILLEGAL_GENERATION,
+                                   f"The generation id {epoch} is not the group's {group.generation_id}.")
+    elif not group.is_in(ClassicGroupState.EMPTY):
+        raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID,
+                               f"Group {group.group_id} has members: a commit without a member id is not accepted.")
+    if group.is_in(ClassicGroupState.COMPLETING_REBALANCE):
+        raise CoordinatorError(Errors.REBALANCE_IN_PROGRESS, "The group is completing a rebalance.")
+    if member is not None:
+        gid, mid, timeout = group.group_id, member.member_id, member.session_timeout_ms
+        shard._deferred.append(lambda: shard.timers.schedule(
+            classic.heartbeat_key(gid, mid), now + timeout, ("classic-heartbeat", gid, mid)))
+
+
 def commit_offsets(shard: "GroupCoordinatorShard", req: OffsetCommitRequest, now: int) -> OffsetCommitResponse:
-    _validate_commit(shard, req)
+    _validate_commit(shard, req, now)
     max_bytes = shard.config.offset_metadata_max_bytes
     expire = now + req.retention_time_ms if req.retention_time_ms >= 0 else -1
     topics = []
@@ -125,9 +162,14 @@ def delete_offsets(shard: "GroupCoordinatorShard", req: OffsetDeleteRequest) -> 
     gid = req.group_id
     group = shard.state.groups.get(gid)
     stored = shard.state.offsets.get(gid)
-    if group is None and stored is None:
+    classic_group = shard.state.classic_groups.get(gid)
+    if group is None and stored is None and classic_group is None:
         raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
     subscribed = group.subscribed_topic_names() if group is not None and group.members else set()
+    if classic_group is not None and not classic_group.is_in(ClassicGroupState.EMPTY):
+        if classic_group.protocol_type != PROTOCOL_TYPE:
+            raise CoordinatorError(Errors.NON_EMPTY_GROUP, f"Group {gid} is not empty.")
+        subscribed = classic_subscribed_topics(classic_group) or set()
     topics = []
     for topic in req.topics:
         results = []
@@ -157,11 +199,53 @@ def _expired(value: OffsetCommitValue, now: int, retention_ms: int) -> bool:
     return now - value.commit_timestamp >= retention_ms
 
 
+def classic_subscribed_topics(group: ClassicGroup) -> set[str] | None:
+    """The topics a classic `consumer` group's members subscribe to (None if undecodable)."""
+    topics: set[str] = set()
+    for member in group.members.values():
+        try:
+            topics.update(decode_subscription(member.metadata(group.protocol_name)).topics)
+        except ConsumerProtocolError:
+            return None
+    return topics
+
+
+def _classic_expired(group: ClassicGroup, stored: dict, now: int, retention: int) -> list:
+    """Kafka's ClassicGroup.offsetExpirationCondition: Empty groups count from the time they became
+    empty, Stable `consumer` groups expire offsets of topics nobody subscribes to, other states never."""
+    if group.is_in(ClassicGroupState.EMPTY):
+        def base(v):
+            return group.state_timestamp if group.state_timestamp >= 0 else v.commit_timestamp
+        subscribed: set[str] = set()
+    elif group.is_in(ClassicGroupState.STABLE) and group.protocol_type == PROTOCOL_TYPE:
+        def base(v):
+            return v.commit_timestamp
+        found = classic_subscribed_topics(group)
+        if found is None:
+            return []  # unknown subscriptions: keep everything
+        subscribed = found
+    else:
+        return []
+    return sorted(tp for tp, v in stored.items() if tp[0] not in subscribed and (
+        now >= v.expire_timestamp if v.expire_timestamp != -1 else now - base(v) >= retention))
+
+
 def expire_offsets(shard: "GroupCoordinatorShard", now: int) -> None:
     """Tombstone expired offsets of topics a group does not subscribe to; delete groups left empty."""
     state = shard.state
     retention = shard.config.offsets_retention_ms
+    for gid in sorted(state.classic_groups.keys() & state.offsets.keys()):
+        group = state.classic_groups[gid]
+        stored = state.offsets[gid]
+        expired = _classic_expired(group, stored, now, retention)
+        all_expired = len(expired) == len(stored)
+        for topic, partition in expired:
+            shard._emit(OffsetCommitKey(gid, topic, partition), None)
+        if all_expired and group.is_in(ClassicGroupState.EMPTY) and not group.pending_members:
+            shard._delete_classic_group(group)
     for gid in sorted(state.offsets.keys() | state.groups.keys()):
+        if gid in state.classic_groups:
+            continue
         group = state.groups.get(gid)
         stored = state.offsets.get(gid, {})
         subscribed = group.subscribed_topic_names() if group is not None else set()

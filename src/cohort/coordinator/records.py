@@ -9,7 +9,8 @@ follows Kafka's `__consumer_offsets` so its tools can decode the Kafka-defined t
   trailing tagged-field section); OffsetCommit values use Kafka's non-flexible v1/v3 layouts;
 * a tombstone has a null value.
 
-GroupConfiguration (type 1024) is a cohort extension: Kafka keeps group configs in KRaft.
+GroupMetadata (type 2, classic groups) uses Kafka's non-flexible GroupMetadataValue: written as v3,
+v0-v3 read. GroupConfiguration (type 1024) is a cohort extension: Kafka keeps group configs in KRaft.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ EMPTY_ASSIGNMENT: Assignment = _EmptyAssignment()
 class RecordType(enum.IntEnum):
     OFFSET_COMMIT_LEGACY = 0
     OFFSET_COMMIT = 1
-    GROUP_METADATA = 2  # classic groups: reserved until the classic protocol lands
+    GROUP_METADATA = 2  # classic groups
     CONSUMER_GROUP_METADATA = 3
     CONSUMER_GROUP_PARTITION_METADATA = 4  # superseded by the metadata hash (Kafka 4.1+)
     CONSUMER_GROUP_MEMBER_METADATA = 5
@@ -80,6 +81,12 @@ class OffsetCommitKey:
     topic: str
     partition: int
     TYPE = RecordType.OFFSET_COMMIT
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group_id: str
+    TYPE = RecordType.GROUP_METADATA
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +147,31 @@ class OffsetCommitValue(NamedTuple):
     metadata: str = ""
     commit_timestamp: int = 0
     expire_timestamp: int = -1  # only OffsetCommit < v5 requests set it (written as value v1)
+
+
+class GroupMetadataMember(NamedTuple):
+    """One member of a classic group as persisted: its subscription (the metadata of the group's
+    selected protocol) and the assignment bytes the leader gave it."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+class GroupMetadataValue(NamedTuple):
+    """A classic group's last persisted generation (Kafka's GroupMetadataValue, written as v3)."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int = -1
+    members: tuple[GroupMetadataMember, ...] = ()
 
 
 class ConsumerGroupMetadataValue(NamedTuple):
@@ -249,6 +281,11 @@ def _str16(out: bytearray, s: str) -> None:
     out += b
 
 
+def _bytes32(out: bytearray, b: bytes) -> None:
+    out += _I32.pack(len(b))
+    out += b
+
+
 def _nstr16(out: bytearray, s: str | None) -> None:
     if s is None:
         out += _I16.pack(-1)
@@ -349,6 +386,12 @@ class _Reader:
         n = self.i16()
         return None if n < 0 else self._take(n).decode()
 
+    def bytes32(self) -> bytes:
+        n = self.i32()
+        if n < 0:
+            raise RecordFormatError("null where bytes are required")
+        return self._take(n)
+
     def cstr(self) -> str | None:
         n = self.uvarint()
         return None if n == 0 else self._take(n - 1).decode()
@@ -438,6 +481,7 @@ def encode_key(key: object) -> bytes:
 
 
 _GROUP_KEYS: dict[int, type] = {
+    RecordType.GROUP_METADATA: GroupMetadataKey,
     RecordType.CONSUMER_GROUP_METADATA: ConsumerGroupMetadataKey,
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: ConsumerGroupTargetAssignmentMetadataKey,
     RecordType.GROUP_CONFIGURATION: GroupConfigurationKey,
@@ -575,6 +619,23 @@ def encode_value(value: object | None) -> bytes | None:
         out += _I64.pack(value.version)
         out += _I64.pack(value.timestamp)
         out.append(0)
+    elif isinstance(value, GroupMetadataValue):
+        out += _I16.pack(3)
+        _str16(out, value.protocol_type)
+        out += _I32.pack(value.generation)
+        _nstr16(out, value.protocol)
+        _nstr16(out, value.leader)
+        out += _I64.pack(value.current_state_timestamp)
+        out += _I32.pack(len(value.members))
+        for m in value.members:
+            _str16(out, m.member_id)
+            _nstr16(out, m.instance_id)
+            _str16(out, m.client_id)
+            _str16(out, m.client_host)
+            out += _I32.pack(m.rebalance_timeout_ms)
+            out += _I32.pack(m.session_timeout_ms)
+            _bytes32(out, m.subscription)
+            _bytes32(out, m.assignment)
     elif isinstance(value, GroupConfigurationValue):
         out += b"\x00\x00"
         _uvarint(out, len(value.configs) + 1)
@@ -682,6 +743,30 @@ def _regular_expression(r: _Reader) -> ConsumerGroupRegularExpressionValue:
     return value
 
 
+def _classic_group_metadata(r: _Reader) -> GroupMetadataValue:
+    """Kafka's GroupMetadataValue v0-v3 (non-flexible; v4+ is not written by any Kafka release)."""
+    version = r.i16()
+    if not 0 <= version <= 3:
+        raise RecordFormatError(f"unsupported GroupMetadata value version {version}")
+    protocol_type, generation, protocol, leader = r.str16(), r.i32(), r.nstr16(), r.nstr16()
+    timestamp = r.i64() if version >= 2 else -1
+    members = []
+    n = r.i32()
+    if n < 0:
+        raise RecordFormatError("null where an array is required")
+    for _ in range(n):
+        member_id = r.str16()
+        instance_id = r.nstr16() if version >= 3 else None
+        client_id, client_host = r.str16(), r.str16()
+        session = r.i32()
+        rebalance = session
+        if version >= 1:
+            rebalance, session = session, r.i32()
+        members.append(GroupMetadataMember(member_id, instance_id, client_id, client_host, rebalance, session,
+                                           r.bytes32(), r.bytes32()))
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, timestamp, tuple(members))
+
+
 def _group_configuration(r: _Reader) -> GroupConfigurationValue:
     _flexible_version(r, RecordType.GROUP_CONFIGURATION)
     configs = []
@@ -695,6 +780,7 @@ def _group_configuration(r: _Reader) -> GroupConfigurationValue:
 _VALUE_DECODERS = {
     int(RecordType.OFFSET_COMMIT_LEGACY): _offset_commit,
     int(RecordType.OFFSET_COMMIT): _offset_commit,
+    int(RecordType.GROUP_METADATA): _classic_group_metadata,
     int(RecordType.CONSUMER_GROUP_METADATA): _group_metadata,
     int(RecordType.CONSUMER_GROUP_MEMBER_METADATA): _member_metadata,
     int(RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA): _target_metadata,

@@ -270,6 +270,162 @@ class DescribeGroupConfigResponse:
     error_message: str | None = None
 
 
+# ------------------------------------------------------------------ classic protocol: JoinGroup (11)
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    group_id: str
+    member_id: str  # "" for a new member
+    protocol_type: str
+    protocols: Sequence[tuple[str, bytes]]  # (name, metadata) in the member's preference order
+    session_timeout_ms: int
+    rebalance_timeout_ms: int = -1  # v1+; -1 (v0) = the session timeout
+    group_instance_id: str | None = None  # v5+
+    reason: str | None = None  # v8+
+    api_version: int = 5  # v4+: a new dynamic member gets MEMBER_ID_REQUIRED first
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    error_code: int = 0
+    generation_id: int = -1
+    protocol_type: str | None = None  # v7+ on the wire
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False  # v9+
+    member_id: str = ""
+    members: tuple[JoinGroupMember, ...] = ()  # only the leader gets the member list
+    error_message: str | None = None  # not on the wire; for logs
+
+
+# ------------------------------------------------------------------ SyncGroup (14)
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None  # v3+
+    protocol_type: str | None = None  # v5+
+    protocol_name: str | None = None  # v5+
+    assignments: Sequence[tuple[str, bytes]] = ()  # (member id, assignment): the leader's only
+    api_version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error_code: int = 0
+    protocol_type: str | None = None  # v5+
+    protocol_name: str | None = None  # v5+
+    assignment: bytes = b""
+    error_message: str | None = None  # not on the wire; for logs
+
+
+# ------------------------------------------------------------------ Heartbeat (12)
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None  # v3+
+    api_version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error_code: int = 0
+    error_message: str | None = None  # not on the wire; for logs
+
+
+# ------------------------------------------------------------------ LeaveGroup (13)
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupMember:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    group_id: str
+    member_id: str = ""  # v0-v2: the single leaving member
+    members: Sequence[LeaveGroupMember] = ()  # v3+: a batch
+    api_version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class LeftMember:
+    member_id: str
+    group_instance_id: str | None = None
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponse:
+    error_code: int = 0
+    members: tuple[LeftMember, ...] = ()  # v3+
+    error_message: str | None = None  # not on the wire; for logs
+
+
+# ------------------------------------------------------------------ DescribeGroups (15)
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsRequest:
+    group_ids: Sequence[str]
+    include_authorized_operations: bool = False
+    api_version: int = 5  # v6+: an unknown group is GROUP_ID_NOT_FOUND instead of state "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedClassicMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    member_metadata: bytes
+    member_assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedClassicGroup:
+    group_id: str
+    error_code: int = 0
+    group_state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: tuple[DescribedClassicMember, ...] = ()
+    authorized_operations: int = -(2**31)
+    error_message: str | None = None  # v6+
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsResponse:
+    groups: tuple[DescribedClassicGroup, ...]
+
+
+# ------------------------------------------------------------------ parked requests
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """The response of a JoinGroup / SyncGroup that must wait for other members.
+
+    Its real response arrives later as a completion `(request_id, response)` in the `completions`
+    of some later `Result` (another member's request, a timer, `unload()`)."""
+
+    request_id: int
+
+
 # ------------------------------------------------------------------ results of write operations
 
 @dataclass(slots=True)
@@ -277,9 +433,11 @@ class Result:
     """Records to append (already applied to the shard) and the response to release.
 
     The response may be sent once `commit()` has been called with an offset >= `end_offset`
-    (for an empty record list this waits for earlier pending writes, as Kafka does).
+    (for an empty record list this waits for earlier pending writes, as Kafka does), and so may
+    `completions`: the responses of earlier parked requests (see `Parked`) this operation released.
     """
 
     records: list = field(default_factory=list)
     response: object = None
     end_offset: int = 0
+    completions: Sequence[tuple[int, object]] = ()  # (request_id, response) pairs; () costs no allocation

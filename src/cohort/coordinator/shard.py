@@ -6,18 +6,35 @@ Contract with the caller (the server / runtime):
   The shard applies the result's records to its state itself, as Kafka's runtime does; the caller
   must NOT replay them again. It appends `result.records` (serialised with `records.encode`) to
   the coordinator log, then calls `shard.commit(result.end_offset)` once they are durable and
-  only then releases `result.response`. If the append fails it calls `shard.revert(start)` with
-  the offset of the first failed record: every record from there on is undone.
+  only then releases `result.response` and `result.completions`. If the append fails it calls
+  `shard.revert(start)` with the offset of the first failed record: every record from there on is
+  undone; it fails that result's response and completions (NOT_COORDINATOR) and sends what
+  `revert` returns.
+* Parked requests (classic JoinGroup / SyncGroup that must wait for other members):
+  `handle(request, now, request_id=None)` answers `Parked(request_id)` — the caller's id, or one
+  the shard allocates — and the real response arrives later as `(request_id, response)` in the
+  `completions` of whichever result releases it: another member's request, a timer in
+  `expire(now)`, or `revert`. Completions obey the same rule as responses (send them once
+  `end_offset` is committed). A request is never completed in its own result: if its own
+  operation releases it, `result.response` is the real response. The server keeps, per request
+  id, the connection and correlation id to answer, and must keep answering each connection in
+  request order (a parked request holds back later responses on its connection, as Kafka does).
+* `shard.unload()` (broker stop, leadership moved) returns every parked request answered
+  NOT_COORDINATOR and stops the timers; the shard is not used afterwards.
 * Record offsets are counted by the shard: the first record it writes gets `last_written_offset`
   (0 for a fresh shard, the number of replayed records after a load) and each one adds 1.
-* Reads (`describe_groups`, `list_groups`, `fetch_offsets`, `describe_group_config`) see only
-  committed state: a group with uncommitted records is shown as of the last committed offset.
+* Reads (`describe_groups`, `describe_classic_groups`, `list_groups`, `fetch_offsets`,
+  `describe_group_config`) see only committed state for consumer groups and offsets: a group with
+  uncommitted records is shown as of the last committed offset. Classic groups are shown live, as
+  Kafka does (their rebalance in progress is in-memory state).
 * Loading: `replay(record)` for every record in log order (applied as committed), then
-  `on_loaded(now)` re-arms session / rebalance timers and the offset-expiration timer. A fresh
-  shard also needs `on_loaded(now)` once before serving.
+  `on_loaded(now)` re-arms session / rebalance / heartbeat timers and the offset-expiration
+  timer. A fresh shard also needs `on_loaded(now)` once before serving.
 * Timers: `next_deadline()` says when to call `expire(now)` next; expiry is just another write
-  operation returning records. Keys follow Kafka: `session-timeout-{group}-{member}`,
-  `rebalance-timeout-{group}-{member}`, `offsets-expiration`.
+  operation returning records (and completions). Keys follow Kafka:
+  `session-timeout-{group}-{member}`, `rebalance-timeout-{group}-{member}`, `offsets-expiration`;
+  classic groups `heartbeat-{group}-{member}`, `join-{group}`, `sync-{group}`; classic members of
+  a consumer group `join-{group}-{member}`, `sync-{group}-{member}`.
 * Topic metadata is an input: `update_metadata(image)`. Groups subscribed to a changed topic
   recompute their metadata hash on their next heartbeat and bump their epoch if it changed.
 """
@@ -25,6 +42,7 @@ Contract with the caller (the server / runtime):
 from __future__ import annotations
 
 import collections
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 
@@ -32,7 +50,11 @@ import re2
 
 from cohort.assignors import registry
 from cohort.assignors.api import Assignor
+from cohort.coordinator import classic, migration
 from cohort.coordinator import offsets as offset_ops
+from cohort.coordinator.classic_group import ClassicGroupState
+from cohort.coordinator.consumer_protocol import PROTOCOL_TYPE, Subscription, encode_assignment, encode_subscription
+from cohort.coordinator.consumer_protocol import Assignment as ProtocolAssignment
 from cohort.coordinator.config import GROUP_CONFIG_KEYS, CoordinatorConfig, GroupConfig
 from cohort.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -60,6 +82,7 @@ from cohort.coordinator.records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     GroupConfigurationKey,
     GroupConfigurationValue,
+    GroupMetadataKey,
     MemberState,
     Record,
 )
@@ -77,8 +100,15 @@ from cohort.coordinator.requests import (
     DescribedGroup,
     DescribedMember,
     DescribedTopicPartitions,
+    DescribedClassicGroup,
+    DescribedClassicMember,
     DescribeGroupConfigRequest,
     DescribeGroupConfigResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
     ListedGroup,
     ListGroupsRequest,
     ListGroupsResponse,
@@ -86,7 +116,9 @@ from cohort.coordinator.requests import (
     OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    Parked,
     Result,
+    SyncGroupRequest,
 )
 from cohort.coordinator.target import LagProvider, compute_target
 from cohort.coordinator.timers import Timers
@@ -143,11 +175,19 @@ class GroupCoordinatorShard:
         self._pending_groups: collections.Counter[str] = collections.Counter()
         self._batch: list[Record] | None = None
         self._deferred: list[Callable[[], None]] = []
+        self._completions: list[tuple[int, object]] = []
+        self._request_ids = itertools.count(1)
+        self._request_id = 0
+        self._now = 0  # the time of the operation in progress
 
     # ================================================================== write path
 
-    def handle(self, request: object, now: int) -> Result:
-        """Run one write operation; its records are already applied when this returns."""
+    def handle(self, request: object, now: int, request_id: int | None = None) -> Result:
+        """Run one write operation; its records are already applied when this returns.
+
+        A JoinGroup / SyncGroup that must wait answers `Parked(request_id)` (`request_id` as given,
+        else allocated by the shard); its real response comes later in some result's
+        `completions`."""
         if type(request) is ConsumerGroupHeartbeatRequest:
             response = self._steady_heartbeat(request, now)
             if response is not None:
@@ -155,17 +195,34 @@ class GroupCoordinatorShard:
         handler = self._WRITE_HANDLERS.get(type(request))
         if handler is None:
             raise TypeError(f"not a coordinator write request: {type(request).__name__}")
+        self._request_id = next(self._request_ids) if request_id is None else request_id
+        self._now = now
         return self._run(lambda: handler(self, request, now), lambda err: _error_response(request, err))
 
     def expire(self, now: int) -> Result:
-        """Fire every timer due at `now`; returns the records of all expiry operations."""
+        """Fire every timer due at `now`; returns the records and completions of all expiry operations."""
         records: list[Record] = []
         fired: list[str] = []
+        completions: list[tuple[int, object]] = []
+        self._now = now
         for key, payload in self.timers.pop_expired(now):
             fired.append(key)
             result = self._run(lambda p=payload: self._on_timer(p, now), lambda err: None)
             records.extend(result.records)
-        return Result(records, fired, self.last_written_offset)
+            completions.extend(result.completions)
+        return Result(records, fired, self.last_written_offset, completions)
+
+    def unload(self) -> list[tuple[int, object]]:
+        """The shard is going away (broker stop, leadership moved): every parked request is answered
+        NOT_COORDINATOR, as Kafka's onUnloaded does, and timers stop. Send these at once; the
+        shard must not be used afterwards."""
+        completions = classic.unload(self)
+        self.timers.clear()
+        return completions
+
+    def _complete(self, request_id: int, response: object) -> None:
+        """Release a parked request (classic.py): it rides on the current operation's result."""
+        self._completions.append((request_id, response))
 
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
@@ -184,6 +241,7 @@ class GroupCoordinatorShard:
         start = self.last_written_offset
         self._batch = []
         self._deferred = []
+        self._completions = []
         try:
             response = op()
         except CoordinatorError as err:
@@ -200,7 +258,14 @@ class GroupCoordinatorShard:
         for action in self._deferred:
             action()
         self._deferred = []
-        return Result(records, response, self.last_written_offset)
+        completions, self._completions = self._completions, []
+        if type(response) is Parked:
+            for i, (rid, released) in enumerate(completions):
+                if rid == response.request_id:  # released by its own operation: answer directly
+                    response = released
+                    del completions[i]
+                    break
+        return Result(records, response, self.last_written_offset, completions)
 
     def _emit(self, key: object, value: object | None) -> None:
         record = Record(key, value)
@@ -227,11 +292,21 @@ class GroupCoordinatorShard:
                 del pending[gid]
         self.last_committed_offset = max(self.last_committed_offset, offset)
 
-    def revert(self, to_offset: int) -> None:
-        """Undo every uncommitted record at offset >= `to_offset` (a failed append)."""
+    def revert(self, to_offset: int) -> list[tuple[int, object]]:
+        """Undo every uncommitted record at offset >= `to_offset` (a failed append).
+
+        A classic group whose record is undone goes back to its last durable generation; the
+        requests parked on it are returned answered REBALANCE_IN_PROGRESS (send them: the members
+        re-join). The caller fails the failed results' responses and completions itself."""
         if to_offset < self.last_committed_offset:
             raise ValueError(f"cannot revert to {to_offset}: offsets below {self.last_committed_offset} are committed")
+        before = dict(self.state.classic_groups)
         self._undo_to(to_offset)
+        released: list[tuple[int, object]] = []
+        for gid, group in before.items():
+            if self.state.classic_groups.get(gid) is not group:
+                released.extend(classic.release_parked(group, Errors.REBALANCE_IN_PROGRESS))
+        return released
 
     def _undo_to(self, offset: int) -> None:
         undo, pending, state = self._undo, self._pending_groups, self.state
@@ -264,9 +339,16 @@ class GroupCoordinatorShard:
             group.refresh_metadata = True
             session = self.state.group_config(group.group_id).session_timeout(self.config)
             for member in group.members.values():
-                self._schedule_session(group.group_id, member.member_id, now, session)
+                classic_metadata = member.classic_member_metadata  # classic members keep their own timeout
+                self._schedule_session(group.group_id, member.member_id, now,
+                                       session if classic_metadata is None else classic_metadata.session_timeout_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance(group.group_id, member, now)
+        for classic_group in self.state.classic_groups.values():
+            for classic_member in classic_group.members.values():
+                self.timers.schedule(classic.heartbeat_key(classic_group.group_id, classic_member.member_id),
+                                     now + classic_member.session_timeout_ms,
+                                     ("classic-heartbeat", classic_group.group_id, classic_member.member_id))
         self.timers.schedule(OFFSETS_EXPIRATION_KEY, now + self.config.offsets_retention_check_interval_ms,
                              ("offsets",))
 
@@ -283,9 +365,17 @@ class GroupCoordinatorShard:
     def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
         self.timers.cancel(session_timeout_key(group_id, member_id))
         self.timers.cancel(rebalance_timeout_key(group_id, member_id))
+        self.timers.cancel(migration.member_join_key(group_id, member_id))
+        self.timers.cancel(migration.member_sync_key(group_id, member_id))
 
     def _on_timer(self, payload: tuple, now: int) -> None:
         kind = payload[0]
+        if kind == "classic-member-timeout":
+            migration.on_member_timeout(self, payload, now)
+            return
+        if kind.startswith("classic-"):
+            classic.on_timer(self, payload, now)
+            return
         if kind == "offsets":
             offset_ops.expire_offsets(self, now)
             self.timers.schedule(OFFSETS_EXPIRATION_KEY, now + self.config.offsets_retention_check_interval_ms,
@@ -351,7 +441,9 @@ class GroupCoordinatorShard:
         if group is None:
             if epoch != 0:
                 raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
-            group = ConsumerGroup(gid)  # materialised by the first record
+            classic_group = self.state.classic_groups.get(gid)
+            upgraded = None if classic_group is None else self._consumer_join_classic_group(classic_group, now)
+            group = upgraded or ConsumerGroup(gid)  # materialised by the first record
         member_id = req.member_id
         if not member_id and req.api_version == 0:
             member_id = self._new_member_id()
@@ -432,6 +524,29 @@ class GroupCoordinatorShard:
                 ) from None
         subscription_changed = names != member.subscribed_topic_names or regex_changed
 
+        group_config = self.state.group_config(gid)
+        current = self._update_and_reconcile(group, member, updated, known, subscription_changed, regex_changed,
+                                             req.topic_partitions, group_config.session_timeout(self.config), now)
+
+        full = (req.rebalance_timeout_ms != -1 and req.topic_partitions is not None
+                and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
+        send_assignment = epoch == 0 or full or current.assigned_partitions != member.assigned_partitions
+        return ConsumerGroupHeartbeatResponse(
+            member_id=member_id,
+            member_epoch=current.member_epoch,
+            heartbeat_interval_ms=group_config.heartbeat_interval(self.config),
+            assignment=current.assigned_partitions if send_assignment else None,
+        )
+
+    def _update_and_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember,
+                              known: bool, subscription_changed: bool, regex_changed: bool,
+                              owned: Mapping[uuid.UUID, Iterable[int]] | None, session: int,
+                              now: int) -> ConsumerGroupMember:
+        """Steps 4-7 of the heartbeat, shared with classic members of a consumer group (migration.py):
+        the member's new metadata, the group-epoch bump, the target assignment, reconciliation and
+        the session timer. Returns the member as reconciled."""
+        gid, member_id = group.group_id, updated.member_id
+        regex = updated.subscribed_topic_regex
         order = self.config.consumer_assignors
         assignor_before = group.preferred_assignor(order)
         if not known or not updated.same_metadata(member):
@@ -469,7 +584,7 @@ class GroupCoordinatorShard:
         target_epoch = group.assignment_epoch
         if not current.is_reconciled_to(target_epoch) or subscription_changed:
             reconciled = reconcile(current, target_epoch, group.target_assignment.get(member_id, EMPTY_ASSIGNMENT),
-                                   group.partition_epoch, req.topic_partitions)
+                                   group.partition_epoch, owned)
             if reconciled is not current:
                 self._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, member_id), reconciled.assignment_value())
                 if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
@@ -478,21 +593,10 @@ class GroupCoordinatorShard:
                     self._deferred.append(lambda: self.timers.cancel(rebalance_timeout_key(gid, member_id)))
                 current = reconciled
 
-        group_config = self.state.group_config(gid)
-        session = group_config.session_timeout(self.config)
         self._deferred.append(lambda: self._schedule_session(gid, member_id, now, session))
         if refresh:
             self._deferred.append(lambda: setattr(self.state.groups.get(gid) or group, "refresh_metadata", False))
-
-        full = (req.rebalance_timeout_ms != -1 and req.topic_partitions is not None
-                and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
-        send_assignment = epoch == 0 or full or current.assigned_partitions != member.assigned_partitions
-        return ConsumerGroupHeartbeatResponse(
-            member_id=member_id,
-            member_epoch=current.member_epoch,
-            heartbeat_interval_ms=group_config.heartbeat_interval(self.config),
-            assignment=current.assigned_partitions if send_assignment else None,
-        )
+        return current
 
     def _validate_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
         def invalid(message: str) -> CoordinatorError:
@@ -526,6 +630,16 @@ class GroupCoordinatorShard:
                 f"Supported assignors: {', '.join(self.config.consumer_assignors)}.",
             )
 
+    def _consumer_join_classic_group(self, group, now: int) -> ConsumerGroup | None:
+        """A consumer-protocol member joins where a classic group lives: an empty one gives way, a
+        non-empty one is upgraded in place (migration.py)."""
+        if group.members:
+            return migration.upgrade(self, group, now)
+        if group.persisted is not None:
+            self._emit(GroupMetadataKey(group.group_id), None)
+        self.state.classic_groups.pop(group.group_id, None)
+        return None
+
     def _leave(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
         gid, member_id = req.group_id, req.member_id
         group = self.state.groups.get(gid)
@@ -555,8 +669,12 @@ class GroupCoordinatorShard:
         return ConsumerGroupHeartbeatResponse(member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
 
     def _remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
-        """Fence a member: its three tombstones, unused regexes, then a group epoch bump."""
+        """Fence a member: its three tombstones, unused regexes, then a group epoch bump (or, for
+        the last consumer-protocol member of a mixed group, the downgrade to a classic group)."""
         gid, member_id = group.group_id, member.member_id
+        if group.classic_members and migration.should_downgrade(self, group, member):
+            migration.downgrade(self, group, member, self._now)
+            return
         self._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, member_id), None)
         self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id), None)
         self._emit(ConsumerGroupMemberMetadataKey(gid, member_id), None)
@@ -628,6 +746,15 @@ class GroupCoordinatorShard:
     def _delete_groups(self, req: DeleteGroupsRequest, now: int) -> DeleteGroupsResponse:
         results = []
         for gid in req.group_ids:
+            classic_group = self.state.classic_groups.get(gid)
+            if classic_group is not None:
+                if not classic_group.is_in(ClassicGroupState.EMPTY):
+                    results.append(DeletedGroup(gid, Errors.NON_EMPTY_GROUP, f"Group {gid} is not empty."))
+                    continue
+                offset_ops.delete_all_offsets(self, gid)
+                self._delete_classic_group(classic_group)
+                results.append(DeletedGroup(gid))
+                continue
             group = self.state.groups.get(gid)
             if group is None and gid not in self.state.offsets:
                 results.append(DeletedGroup(gid, Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
@@ -650,6 +777,13 @@ class GroupCoordinatorShard:
         for regex in sorted(group.resolved_regexes):
             self._emit(ConsumerGroupRegularExpressionKey(gid, regex), None)
         self._emit(ConsumerGroupMetadataKey(gid), None)
+
+    def _delete_classic_group(self, group) -> None:
+        """An empty classic group goes Dead: its tombstone if it was ever persisted, then it is gone."""
+        group.transition_to(ClassicGroupState.DEAD, group.state_timestamp)
+        if group.persisted is not None:
+            self._emit(GroupMetadataKey(group.group_id), None)
+        self.state.classic_groups.pop(group.group_id, None)
 
     def _alter_group_config(self, req: AlterGroupConfigRequest, now: int) -> AlterGroupConfigResponse:
         gid = req.group_id
@@ -674,8 +808,37 @@ class GroupCoordinatorShard:
     def _delete_offsets(self, req: OffsetDeleteRequest, now: int):
         return offset_ops.delete_offsets(self, req)
 
+    def _join_group(self, req: JoinGroupRequest, now: int):
+        consumer = self.state.groups.get(req.group_id)
+        if consumer is not None and consumer.members and not _blank(req.group_id):
+            classic.validate_session_timeout(self, req)
+            return migration.join(self, consumer, req, now)
+        return classic.join_group(self, req, now, self._request_id)
+
+    def _sync_group(self, req: SyncGroupRequest, now: int):
+        consumer = self.state.groups.get(req.group_id)
+        if consumer is not None:
+            return migration.sync(self, consumer, req, now)
+        return classic.sync_group(self, req, now, self._request_id)
+
+    def _classic_heartbeat(self, req: HeartbeatRequest, now: int):
+        consumer = self.state.groups.get(req.group_id)
+        if consumer is not None:
+            return migration.heartbeat(self, consumer, req, now)
+        return classic.heartbeat(self, req, now)
+
+    def _leave_group(self, req: LeaveGroupRequest, now: int):
+        consumer = self.state.groups.get(req.group_id)
+        if consumer is not None:
+            return migration.leave(self, consumer, req, now)
+        return classic.leave_group(self, req, now)
+
     _WRITE_HANDLERS: dict[type, Callable] = {
         ConsumerGroupHeartbeatRequest: _heartbeat,
+        JoinGroupRequest: _join_group,
+        SyncGroupRequest: _sync_group,
+        HeartbeatRequest: _classic_heartbeat,
+        LeaveGroupRequest: _leave_group,
         OffsetCommitRequest: _commit_offsets,
         OffsetDeleteRequest: _delete_offsets,
         DeleteGroupsRequest: _delete_groups,
@@ -715,6 +878,8 @@ class GroupCoordinatorShard:
             return self.fetch_offsets(request)
         if isinstance(request, DescribeGroupConfigRequest):
             return self.describe_group_config(request)
+        if isinstance(request, DescribeGroupsRequest):
+            return self.describe_classic_groups(request)
         raise TypeError(f"not a coordinator read request: {type(request).__name__}")
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
@@ -728,8 +893,9 @@ class GroupCoordinatorShard:
                 continue
             group = self.committed_state(gid).groups.get(gid)
             if group is None:
-                message = (f"Group {gid} is not a consumer group." if gid in self.state.offsets
-                           and not self._pending_groups.get(gid) else f"Group {gid} not found.")
+                message = (f"Group {gid} is not a consumer group." if (gid in self.state.offsets
+                           and not self._pending_groups.get(gid)) or gid in self.state.classic_groups
+                           else f"Group {gid} not found.")
                 described.append(DescribedGroup(gid, Errors.GROUP_ID_NOT_FOUND, message))
                 continue
             described.append(self._describe(group))
@@ -765,15 +931,46 @@ class GroupCoordinatorShard:
                 out.append(DescribedTopicPartitions(topic_id, topic.name, tuple(assignment[topic_id])))
         return tuple(out)
 
+    def describe_classic_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        """DescribeGroups (API 15): classic groups as Kafka describes them, consumer groups as Kafka
+        4.0 does (see `_describe_as_classic`)."""
+        return classic.describe_groups(self, req)
+
+    def _describe_as_classic(self, group: ConsumerGroup) -> DescribedClassicGroup:
+        """A consumer group in DescribeGroups (Kafka 4.0): its state name, protocol type `consumer`,
+        the assignor as protocol data, each member's subscription and current assignment encoded
+        in the ConsumerProtocol."""
+        by_id = self.image.by_id
+        members = []
+        for member_id in sorted(group.members):
+            m = group.members[member_id]
+            owned = tuple((by_id[t].name, tuple(ps)) for t, ps in sorted(
+                m.assigned_partitions.items(), key=lambda kv: by_id[kv[0]].name if kv[0] in by_id else "")
+                if t in by_id)
+            subscription = encode_subscription(Subscription(tuple(sorted(group.member_topic_names(m))), None, owned,
+                                                            -1, m.rack_id))
+            members.append(DescribedClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                                  subscription, encode_assignment(ProtocolAssignment(owned))))
+        assignor = (group.preferred_assignor(self.config.consumer_assignors)
+                    or self.state.group_config(group.group_id).assignor or self.config.consumer_assignors[0])
+        return DescribedClassicGroup(group.group_id, group_state=group.state().value, protocol_type=PROTOCOL_TYPE,
+                                     protocol_data=assignor, members=tuple(members))
+
     def list_groups(self, req: ListGroupsRequest | None = None) -> ListGroupsResponse:
         req = req or ListGroupsRequest()
         states = {s.lower() for s in req.states_filter}
         types = {t.lower() for t in req.types_filter}
         listed = []
-        for gid in sorted(self.state.groups.keys() | self.state.offsets.keys() | self._pending_groups.keys()):
+        classic_groups = self.state.classic_groups
+        for gid in sorted(self.state.groups.keys() | self.state.offsets.keys() | self._pending_groups.keys()
+                          | classic_groups.keys()):
             view = self.committed_state(gid)
             group = view.groups.get(gid)
-            if group is not None:
+            classic_group = classic_groups.get(gid)
+            if classic_group is not None and (classic_group.members or classic_group.persisted is not None
+                                              or group is None):
+                entry = ListedGroup(gid, classic_group.protocol_type or "", classic_group.state.value, "classic")
+            elif group is not None:
                 entry = ListedGroup(gid, "consumer", group.state().value, "consumer")
             elif gid in view.offsets:
                 entry = ListedGroup(gid, "", GroupState.EMPTY.value, "classic")  # a "simple" group
@@ -847,4 +1044,7 @@ def _error_response(request: object, err: CoordinatorError) -> object:
         return offset_ops.delete_error_response(err)
     if isinstance(request, DeleteGroupsRequest):
         return DeleteGroupsResponse(tuple(DeletedGroup(g, err.code, err.message) for g in request.group_ids))
-    raise err
+    response = classic.error_response(request, err)
+    if response is None:
+        raise err
+    return response

@@ -1,0 +1,388 @@
+"""Online migration between the classic and the consumer protocol (KIP-848's upgrade path).
+
+* **Upgrade**: a consumer-protocol member (ConsumerGroupHeartbeat, epoch 0) joining a non-empty
+  classic group converts it into a consumer group when `group.consumer.migration.policy` allows
+  upgrades, the group uses the `consumer` embedded protocol and fits `group.consumer.max.size`
+  (else GROUP_ID_NOT_FOUND). Records: the GroupMetadata tombstone, then each classic member as a
+  consumer-group member carrying its `ClassicMemberMetadata`, the group epoch = the classic
+  generation, and each member's classic assignment as both its target and its current assignment
+  at that epoch. Parked joins and syncs are answered REBALANCE_IN_PROGRESS.
+* **Mixed group**: classic members keep speaking JoinGroup / SyncGroup / Heartbeat / LeaveGroup.
+  A JoinGroup runs the consumer-group pipeline (subscription and owned partitions decoded from the
+  embedded ConsumerProtocol subscription) and answers at once with generation = member epoch;
+  SyncGroup returns the member's current assignment encoded in the ConsumerProtocol; Heartbeat
+  answers REBALANCE_IN_PROGRESS whenever the member has something to reconcile, which makes it
+  re-join. Timers: `join-{group}-{member}` (re-join after REBALANCE_IN_PROGRESS) and
+  `sync-{group}-{member}` (sync after a join), both the member's rebalance timeout; the session
+  timer is the consumer one with the member's classic session timeout.
+* **Downgrade**: when the last consumer-protocol member leaves or is fenced, the remaining classic
+  members fit `group.max.size` and the policy allows downgrades, the group is written back as a
+  classic group (the consumer group's tombstones, then GroupMetadata with each member's current
+  assignment) and a rebalance is prepared.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cohort.coordinator import classic
+from cohort.coordinator.classic_group import ClassicGroup
+from cohort.coordinator.consumer_group import ConsumerGroup, ConsumerGroupMember, assignment_from
+from cohort.coordinator.consumer_protocol import (
+    PROTOCOL_TYPE,
+    Assignment as ProtocolAssignment,
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
+from cohort.coordinator.errors import CoordinatorError, Errors
+from cohort.coordinator.records import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    GroupMetadataKey,
+    GroupMetadataMember,
+    GroupMetadataValue,
+    MemberState,
+)
+from cohort.coordinator.requests import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMember,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeftMember,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+if TYPE_CHECKING:
+    from cohort.coordinator.shard import GroupCoordinatorShard
+
+
+def member_join_key(group_id: str, member_id: str) -> str:
+    return f"join-{group_id}-{member_id}"
+
+
+def member_sync_key(group_id: str, member_id: str) -> str:
+    return f"sync-{group_id}-{member_id}"
+
+
+def _names_to_ids(shard: "GroupCoordinatorShard", partitions) -> Assignment:
+    """ConsumerProtocol (topic name, partitions) pairs as an assignment by topic id; topics the
+    metadata image does not know are dropped."""
+    by_name = shard.image.by_name
+    out: dict = {}
+    for name, parts in partitions:
+        topic = by_name.get(name)
+        if topic is not None and parts:
+            out.setdefault(topic.topic_id, set()).update(p for p in parts if 0 <= p < topic.num_partitions)
+    return assignment_from(out)
+
+
+def _ids_to_names(shard: "GroupCoordinatorShard", assignment: Assignment) -> tuple:
+    by_id = shard.image.by_id
+    return tuple(sorted((by_id[t].name, tuple(ps)) for t, ps in assignment.items() if t in by_id))
+
+
+def encoded_assignment(shard: "GroupCoordinatorShard", assignment: Assignment) -> bytes:
+    return encode_assignment(ProtocolAssignment(_ids_to_names(shard, assignment)))
+
+
+# ====================================================================== upgrade
+
+
+def upgrade(shard: "GroupCoordinatorShard", group: ClassicGroup, now: int) -> ConsumerGroup:
+    """Convert a non-empty classic group into a consumer group (see the module docstring)."""
+    gid, cfg = group.group_id, shard.config
+
+    def refuse(reason: str) -> CoordinatorError:
+        return CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to a consumer group: "
+                                                           f"{reason}.")
+
+    if not cfg.upgrade_allowed:
+        raise refuse(f"group.consumer.migration.policy is {cfg.consumer_migration_policy}")
+    if group.protocol_type != PROTOCOL_TYPE:
+        raise refuse(f"it uses the protocol type {group.protocol_type!r}, not {PROTOCOL_TYPE!r}")
+    if len(group.members) >= cfg.consumer_max_size:
+        raise refuse(f"it would exceed group.consumer.max.size {cfg.consumer_max_size}")
+    converted = []
+    owners: dict = {}
+    for m in group.members.values():
+        protocol = group.protocol_name if group.protocol_name in m.protocol_names() else m.protocol_names()[0]
+        try:
+            subscription = decode_subscription(m.metadata(protocol))
+            owned = decode_assignment(m.assignment).partitions if m.assignment else ()
+        except ConsumerProtocolError as exc:
+            raise refuse(f"member {m.member_id} has an undecodable subscription or assignment ({exc})") from None
+        assignment = _names_to_ids(shard, owned)
+        for topic_id, parts in assignment.items():
+            for p in parts:
+                if owners.setdefault((topic_id, p), m.member_id) != m.member_id:
+                    raise refuse(f"partition {p} of {topic_id} is assigned to two members")
+        converted.append((m, subscription, assignment))
+
+    shard._completions.extend(classic.release_parked(group, Errors.REBALANCE_IN_PROGRESS))
+    stale = [classic.join_key(gid), classic.sync_key(gid)] + [classic.heartbeat_key(gid, m) for m in group.members]
+    shard._deferred.append(lambda: [shard.timers.cancel(key) for key in stale])
+    epoch = group.generation_id
+    shard._emit(GroupMetadataKey(gid), None)
+    for m, subscription, _ in converted:
+        shard._emit(ConsumerGroupMemberMetadataKey(gid, m.member_id), ConsumerGroupMemberMetadataValue(
+            m.instance_id, subscription.rack_id, m.client_id, m.client_host, tuple(sorted(set(subscription.topics))),
+            None, m.rebalance_timeout_ms, None, ClassicMemberMetadata(m.session_timeout_ms, m.protocols)))
+    consumer = shard.state.groups[gid]
+    shard._emit(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(
+        epoch, shard.image.subscription_hash(consumer.subscribed_topic_names())))
+    for m, _, assignment in converted:
+        shard._emit(ConsumerGroupTargetAssignmentMemberKey(gid, m.member_id),
+                    ConsumerGroupTargetAssignmentMemberValue(assignment))
+    shard._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
+    for m, _, assignment in converted:
+        shard._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, m.member_id), ConsumerGroupCurrentMemberAssignmentValue(
+            epoch, epoch, MemberState.STABLE, assignment, EMPTY_ASSIGNMENT))
+        mid, session = m.member_id, m.session_timeout_ms
+        shard._deferred.append(lambda mid=mid, session=session: shard._schedule_session(gid, mid, now, session))
+    consumer = shard.state.groups[gid]
+    consumer.refresh_metadata = False
+    return consumer
+
+
+# ====================================================================== downgrade
+
+
+def should_downgrade(shard: "GroupCoordinatorShard", group: ConsumerGroup, leaving: ConsumerGroupMember) -> bool:
+    """The last consumer-protocol member is leaving a group whose other members all use the classic protocol."""
+    if leaving.is_classic or not shard.config.downgrade_allowed:
+        return False
+    others = len(group.members) - 1
+    return 0 < others == group.classic_members and others <= shard.config.classic_max_size
+
+
+def downgrade(shard: "GroupCoordinatorShard", group: ConsumerGroup, leaving: ConsumerGroupMember, now: int) -> None:
+    """Write the group back as a classic group without `leaving`, then prepare a rebalance."""
+    gid = group.group_id
+    members = [m for mid, m in sorted(group.members.items()) if mid != leaving.member_id]
+    common = None
+    for m in members:
+        names = {name for name, _ in m.classic_member_metadata.supported_protocols}  # type: ignore[union-attr]
+        common = names if common is None else common & names
+    first = members[0].classic_member_metadata.supported_protocols  # type: ignore[union-attr]
+    protocol = next((name for name, _ in first if name in (common or ())), first[0][0] if first else None)
+    persisted = []
+    for m in members:
+        meta = dict(m.classic_member_metadata.supported_protocols).get(protocol, b"")  # type: ignore[union-attr]
+        persisted.append(GroupMetadataMember(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                             m.rebalance_timeout_ms, m.classic_member_metadata.session_timeout_ms,  # type: ignore[union-attr]
+                                             meta, encoded_assignment(shard, m.assigned_partitions)))
+    epoch = group.group_epoch
+    all_ids = sorted(group.members)
+    for mid in all_ids:
+        shard._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, mid), None)
+    for mid in sorted(group.target_assignment):
+        shard._emit(ConsumerGroupTargetAssignmentMemberKey(gid, mid), None)
+    shard._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), None)
+    for mid in all_ids:
+        shard._emit(ConsumerGroupMemberMetadataKey(gid, mid), None)
+    for regex in sorted(group.resolved_regexes):
+        shard._emit(ConsumerGroupRegularExpressionKey(gid, regex), None)
+    shard._emit(ConsumerGroupMetadataKey(gid), None)
+    shard._emit(GroupMetadataKey(gid), GroupMetadataValue(PROTOCOL_TYPE, epoch, protocol, members[0].member_id, now,
+                                                          tuple(persisted)))
+    for mid in all_ids:
+        shard._deferred.append(lambda mid=mid: shard._cancel_member_timers(gid, mid))
+    classic_group = shard.state.classic_groups[gid]
+    for m in members:  # keep every classic protocol the member announced, not just the selected one
+        classic_group.members[m.member_id].protocols = tuple(m.classic_member_metadata.supported_protocols)  # type: ignore[union-attr]
+        classic._schedule_heartbeat(shard, gid, m.member_id, now, m.classic_member_metadata.session_timeout_ms)  # type: ignore[union-attr]
+    classic._prepare_rebalance(shard, classic_group, now)
+
+
+# ====================================================================== classic members in a consumer group
+
+
+def _decode_join(req: JoinGroupRequest):
+    protocols = tuple((name, bytes(meta)) for name, meta in req.protocols)
+    if req.protocol_type != PROTOCOL_TYPE or not protocols:
+        raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL,
+                               f"A classic member of a consumer group must use the {PROTOCOL_TYPE!r} protocol type.")
+    try:
+        return protocols, decode_subscription(protocols[0][1])
+    except ConsumerProtocolError as exc:
+        raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL, f"Undecodable subscription: {exc}.") from None
+
+
+def _common_protocols(group: ConsumerGroup) -> set[str] | None:
+    common = None
+    for m in group.members.values():
+        if m.classic_member_metadata is not None:
+            names = {name for name, _ in m.classic_member_metadata.supported_protocols}
+            common = names if common is None else common & names
+    return common
+
+
+def join(shard: "GroupCoordinatorShard", group: ConsumerGroup, req: JoinGroupRequest, now: int) -> JoinGroupResponse:
+    gid, cfg = group.group_id, shard.config
+    if cfg.consumer_migration_policy == "disabled":
+        raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL,
+                               f"Group {gid} is a consumer group and group.consumer.migration.policy is disabled.")
+    protocols, subscription = _decode_join(req)
+    common = _common_protocols(group)
+    if common is not None and not common & {name for name, _ in protocols}:
+        raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL,
+                               "The member's protocols have nothing in common with the group's classic members.")
+    member_id, iid = req.member_id, req.group_instance_id
+    if not member_id and iid is None and req.api_version >= 4:
+        return JoinGroupResponse(error_code=Errors.MEMBER_ID_REQUIRED, member_id=shard._new_member_id())
+    if not member_id:
+        member_id = shard._new_member_id()
+    members = group.members
+    owner_id = None if iid is None else group.static_members.get(iid)
+    if member_id not in members and owner_id is None and len(members) >= cfg.consumer_max_size:
+        raise CoordinatorError(Errors.GROUP_MAX_SIZE_REACHED,
+                               f"The consumer group has reached its maximum capacity of {cfg.consumer_max_size} members.")
+    member = members.get(member_id)
+    known = member is not None
+    if owner_id is not None and owner_id != member_id:
+        if req.member_id:
+            raise CoordinatorError(Errors.FENCED_INSTANCE_ID,
+                                   f"Static member {req.member_id} with instance id {iid} was fenced by member {owner_id}.")
+        member = shard._replace_static_member(group, members[owner_id], member_id)
+        known = True
+        group = shard.state.groups[gid]
+    elif member is not None and member.classic_member_metadata is None:
+        raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} uses the consumer protocol.")
+    if member is None:
+        member = ConsumerGroupMember(member_id)
+    names = frozenset(subscription.topics)
+    session = req.session_timeout_ms
+    updated = member._replace(
+        instance_id=iid, rack_id=subscription.rack_id, rebalance_timeout_ms=classic._rebalance_timeout(req),
+        client_id=req.client_id, client_host=req.client_host, subscribed_topic_names=names,
+        subscribed_topic_regex=None, server_assignor=None,
+        classic_member_metadata=ClassicMemberMetadata(session, protocols))
+    owned = _names_to_ids(shard, subscription.owned_partitions)
+    current = shard._update_and_reconcile(group, member, updated, known, names != member.subscribed_topic_names
+                                          or not known, False, owned, session, now)
+    shard._deferred.append(lambda: shard.timers.cancel(member_join_key(gid, member_id)))
+    rebalance = updated.rebalance_timeout_ms
+    shard._deferred.append(lambda: shard.timers.schedule(member_sync_key(gid, member_id), now + rebalance,
+                                                         ("classic-member-timeout", gid, member_id)))
+    return JoinGroupResponse(generation_id=current.member_epoch, protocol_type=PROTOCOL_TYPE,
+                             protocol_name=protocols[0][0], leader="", member_id=member_id)
+
+
+def _classic_member(group: ConsumerGroup, member_id: str, instance_id: str | None, generation: int
+                    ) -> ConsumerGroupMember:
+    if instance_id is not None:
+        owner = group.static_members.get(instance_id)
+        if owner is None:
+            raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if owner != member_id:
+            raise CoordinatorError(Errors.FENCED_INSTANCE_ID,
+                                   f"Static member {member_id} with instance id {instance_id} was fenced by member {owner}.")
+    member = group.members.get(member_id)
+    if member is None or member.classic_member_metadata is None:
+        raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a classic member of group "
+                                                         f"{group.group_id}.")
+    if generation != member.member_epoch:
+        raise CoordinatorError(Errors.ILLEGAL_GENERATION,
+                               f"The generation id {generation} is not the member epoch {member.member_epoch}.")
+    return member
+
+
+def must_rejoin(group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+    """A classic member has something to reconcile, which only a JoinGroup can do."""
+    if member.state is MemberState.UNREVOKED_PARTITIONS or group.group_epoch > member.member_epoch:
+        return True
+    if member.state is MemberState.UNRELEASED_PARTITIONS:
+        target = group.target_assignment.get(member.member_id, EMPTY_ASSIGNMENT)
+        for topic_id, parts in target.items():
+            held = member.assigned_partitions.get(topic_id, ())
+            if any(p not in held and group.partition_epoch(topic_id, p) == -1 for p in parts):
+                return True
+    return False
+
+
+def _arm_rejoin(shard, group: ConsumerGroup, member: ConsumerGroupMember, now: int) -> None:
+    gid, mid = group.group_id, member.member_id
+    key = member_join_key(gid, mid)
+    if key not in shard.timers:
+        shard.timers.schedule(key, now + member.rebalance_timeout_ms, ("classic-member-timeout", gid, mid))
+
+
+def sync(shard, group: ConsumerGroup, req: SyncGroupRequest, now: int) -> SyncGroupResponse:
+    member = _classic_member(group, req.member_id, req.group_instance_id, req.generation_id)
+    name = member.classic_member_metadata.supported_protocols[0][0]  # type: ignore[union-attr]
+    if ((req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE)
+            or (req.protocol_name is not None and req.protocol_name != name)):
+        raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL,
+                               f"The protocol {req.protocol_type}/{req.protocol_name} is not {PROTOCOL_TYPE}/{name}.")
+    shard.timers.cancel(member_sync_key(group.group_id, member.member_id))
+    if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+        _arm_rejoin(shard, group, member, now)
+        raise CoordinatorError(Errors.REBALANCE_IN_PROGRESS, "The group is rebalancing, so a rejoin is needed.")
+    return SyncGroupResponse(protocol_type=PROTOCOL_TYPE, protocol_name=name,
+                             assignment=encoded_assignment(shard, member.assigned_partitions))
+
+
+def heartbeat(shard, group: ConsumerGroup, req: HeartbeatRequest, now: int) -> HeartbeatResponse:
+    member = _classic_member(group, req.member_id, req.group_instance_id, req.generation_id)
+    shard._schedule_session(group.group_id, member.member_id, now,
+                            member.classic_member_metadata.session_timeout_ms)  # type: ignore[union-attr]
+    if must_rejoin(group, member):
+        _arm_rejoin(shard, group, member, now)
+        return HeartbeatResponse(Errors.REBALANCE_IN_PROGRESS, "The group is rebalancing, so a rejoin is needed.")
+    return HeartbeatResponse()
+
+
+def leave(shard, group: ConsumerGroup, req: LeaveGroupRequest, now: int) -> LeaveGroupResponse:
+    leaving = tuple(req.members) if req.api_version >= 3 else (LeaveGroupMember(req.member_id),)
+    results = []
+    for item in leaving:
+        gid = group.group_id
+        current = shard.state.groups.get(gid)
+        code = Errors.NONE
+        member_id = item.member_id
+        if current is None:
+            code = Errors.UNKNOWN_MEMBER_ID
+        elif item.group_instance_id is not None:
+            owner = current.static_members.get(item.group_instance_id)
+            if owner is None:
+                code = Errors.UNKNOWN_MEMBER_ID
+            elif member_id and member_id != owner:
+                code = Errors.FENCED_INSTANCE_ID
+            else:
+                member_id = owner
+        member = None if current is None or code else current.members.get(member_id)
+        if not code and (member is None or member.classic_member_metadata is None):
+            code = Errors.UNKNOWN_MEMBER_ID
+        if not code:
+            shard._remove_member(current, member)
+        results.append(LeftMember(item.member_id, item.group_instance_id, code))
+    if req.api_version >= 3:
+        return LeaveGroupResponse(members=tuple(results))
+    return LeaveGroupResponse(results[0].error_code)
+
+
+def on_member_timeout(shard, payload: tuple, now: int) -> None:
+    """A classic member of a consumer group did not re-join or sync within its rebalance timeout."""
+    group = shard.state.groups.get(payload[1])
+    member = None if group is None else group.members.get(payload[2])
+    if member is not None and member.classic_member_metadata is not None:
+        shard._remove_member(group, member)
+
