@@ -66,22 +66,16 @@ class Setting:
 
 REGISTRY: dict[str, Setting] = {}
 
-# Modules that declare settings at import time; rendering the docs imports those that exist,
-# so the page does not depend on what happened to be imported before.
+# Modules that declare settings at import time; rendering the docs and looking up a name not
+# declared yet import them, so neither depends on what happened to be imported before.
 DECLARING_MODULES: list[str] = ["cohort.server.groups"]
 
 
 def load_declarations() -> None:
     import importlib
-    import importlib.util
 
     for name in DECLARING_MODULES:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:
-            found = False
-        if found:
-            importlib.import_module(name)
+        importlib.import_module(name)
 
 
 def declare(
@@ -130,10 +124,43 @@ declare("log.segment.bytes", int, 1073741824, "Size at which a partition's activ
         minimum=1024, group="log")
 declare("log.index.interval.bytes", int, 4096, "Bytes between offset-index entries.", minimum=1, group="log")
 declare("log.flush.interval.messages", int, LONG_MAX, "fsync a partition log after this many messages "
-        "(the default leaves flushing to the OS, as Kafka does). The coordinator's log is always "
-        "fsynced before a response leaves.", minimum=1, group="log")
-declare("offsets.topic.segment.bytes", int, 104857600, "Segment size of the `__consumer_offsets` log.",
+        "(the default leaves flushing to the OS, as Kafka does). Topic config `flush.messages` "
+        "overrides it. The coordinator's log is always fsynced before a response leaves.", minimum=1, group="log")
+declare("offsets.topic.segment.bytes", int, 4194304, "Segment size of the `__consumer_offsets` log. Kept "
+        "small (Kafka: 100 MiB) because only closed segments are compacted: the active one is replayed "
+        "in full on start, so this bounds the replay beyond the live state (about 45,000 records).",
         minimum=1024, group="log")
+declare("log.flush.interval.ms", int, LONG_MAX, "fsync a partition log when this long has passed since "
+        "its last fsync and it has unflushed messages (checked every second; the default leaves it "
+        "to the OS). Topic config `flush.ms` overrides it.", minimum=0, group="log")
+declare("log.roll.ms", int, 604800000, "Roll a partition's active segment once its first batch is this "
+        "old, even if it is not full. Topic config `segment.ms` overrides it.", minimum=1, group="log")
+declare("log.retention.ms", int, 604800000, "Delete a partition's old segments once their newest record "
+        "is older than this (-1: no time limit). Topic config `retention.ms` overrides it.",
+        minimum=-1, group="log")
+declare("log.retention.bytes", int, -1, "Delete a partition's oldest segments while it is larger than "
+        "this (-1: no size limit). Topic config `retention.bytes` overrides it.", minimum=-1, group="log")
+declare("log.retention.check.interval.ms", int, 300000, "How often retention is applied.", minimum=1,
+        group="log")
+declare("log.cleanup.policy", str, "delete", "Default `cleanup.policy` of topics: `delete` (retention), "
+        "`compact` (keep the newest record per key) or both, comma-separated. `__consumer_offsets` is "
+        "always `compact`.", choices=("delete", "compact", "compact,delete", "delete,compact"), group="log")
+declare("log.cleaner.enable", bool, True, "Run log compaction for compacted topics and `__consumer_offsets`.",
+        group="log")
+declare("log.cleaner.backoff.ms", int, 15000, "How often the cleaner looks for logs to compact.",
+        minimum=1, group="log")
+declare("log.cleaner.min.cleanable.ratio", float, 0.5, "Compact a log once this share of its closed "
+        "segments' bytes was written since its last compaction. Topic config "
+        "`min.cleanable.dirty.ratio` overrides it.", minimum=0.0, maximum=1.0, group="log")
+declare("log.cleaner.delete.retention.ms", int, 86400000, "Compaction keeps a tombstone this long "
+        "(by its timestamp) so readers see the delete, then drops it. Topic config "
+        "`delete.retention.ms` overrides it.", minimum=0, group="log")
+declare("offsets.topic.roll.ms", int, 600000, "Roll the `__consumer_offsets` active segment at this age "
+        "so compaction keeps the log, and the replay on start, close to the live state.", minimum=1,
+        group="log")
+declare("group.coordinator.append.linger.ms", int, 0, "Wait this long before fsyncing the coordinator "
+        "log so more appends share one fsync. 0 = adaptive group commit: fsync at once, and appends "
+        "that arrive during an fsync share the next one.", minimum=0, group="log")
 declare("fetch.max.bytes", int, 57671680, "Upper bound on the bytes one Fetch response carries.",
         minimum=1024, group="topics")
 
@@ -190,6 +217,9 @@ class Config(Mapping[str, Any]):
 
 def _lookup(name: str, source: str | None = None) -> Setting:
     setting = REGISTRY.get(name)
+    if setting is None:
+        load_declarations()
+        setting = REGISTRY.get(name)
     if setting is None:
         where = f" (in {source})" if source else ""
         raise ConfigError(f"unknown setting {name!r}{where}; see docs/configuration.md")
@@ -249,4 +279,7 @@ def render_markdown() -> str:
 
 
 if __name__ == "__main__":
-    print(render_markdown(), end="")
+    # Run as a script this file is ``__main__``; declaring modules register in ``cohort.config``.
+    from cohort.config import render_markdown as _render
+
+    print(_render(), end="")

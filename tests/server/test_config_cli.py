@@ -96,3 +96,12 @@ def test_serve_reports_a_busy_data_dir(tmp_path):
         assert proc.stderr.strip().splitlines()[-1].startswith("cohort serve: data directory")
     finally:
         b.close()
+
+
+def test_serve_rejects_inconsistent_group_settings_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cohort", "serve", "--port", "0", "--data-dir", str(tmp_path),
+                           "-o", "group.consumer.heartbeat.interval.ms=99999999"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "group.consumer.heartbeat.interval.ms" in lines[0], proc.stderr

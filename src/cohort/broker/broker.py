@@ -1,12 +1,15 @@
 """The broker's data plane: topics, their partition logs, and the coordinator's log.
 
-Synchronous and single-threaded (called from the event loop); the only I/O that leaves the
-loop thread is the coordinator log's fsync. Errors are Kafka error codes so handlers can put
-them on the wire unchanged.
+Synchronous and single-threaded (called from the event loop); the I/O that leaves the loop
+thread is the coordinator log's fsync and the build phase of compaction. Errors are Kafka error
+codes so handlers can put them on the wire unchanged. Log housekeeping (time-based rolls and
+flushes, retention, compaction) runs in :meth:`Broker.maintenance_loop`, a background task the
+server starts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import fcntl
 import logging
@@ -20,7 +23,8 @@ from typing import Callable, Mapping
 from cohort.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog
 from cohort.broker.topics import BrokerState, MetadataStore, Topic, new_topic_id, topic_config_error, topic_name_error
 from cohort.config import Config
-from cohort.log import OffsetOutOfRange, PartitionLog
+from cohort.log import OffsetOutOfRange, PartitionLog, compaction
+from cohort.log.segment import now_ms
 from cohort.protocol.records import InvalidBatch, check_produce_records, iter_batches
 
 # Kafka error codes used by the data plane.
@@ -41,6 +45,19 @@ UNKNOWN_TOPIC_ID = 100
 _log = logging.getLogger("cohort.broker")
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 PRODUCER_ID_BLOCK = 1000
+_NEVER = 2**62
+
+# Topic configs that override a broker setting for one topic's logs.
+_TOPIC_OVERRIDES = {
+    "segment.ms": "log.roll.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "cleanup.policy": "log.cleanup.policy",
+}
 
 
 class BrokerError(Exception):
@@ -106,7 +123,7 @@ class Broker:
             self._open_partitions(topic)
         if OFFSETS_TOPIC not in self.state.topics:
             self.create_topic(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"}, internal=True)
-        self.coordinator_log = CoordinatorLog(self.logs[(OFFSETS_TOPIC, 0)])
+        self.coordinator_log = CoordinatorLog(self.logs[(OFFSETS_TOPIC, 0)], linger_ms=config["group.coordinator.append.linger.ms"])
         self.coordinator_log.add_listener(lambda: self._notify_append(OFFSETS_TOPIC, 0))
         self.store.save(self.state)
 
@@ -119,18 +136,38 @@ class Broker:
     def _partition_dir(self, name: str, partition: int) -> str:
         return os.path.join(self.data_dir, f"{name}-{partition}")
 
+    def topic_setting(self, topic: Topic, key: str) -> str:
+        """A topic config's effective value: the topic's own, else the broker setting behind it."""
+        if topic.internal and key == "cleanup.policy":
+            return "compact"  # the coordinator's log is never deleted by retention
+        if key in topic.configs:
+            return topic.configs[key]
+        if key == "segment.bytes":
+            return str(self.config["offsets.topic.segment.bytes" if topic.internal else "log.segment.bytes"])
+        if topic.internal and key == "segment.ms":
+            return str(self.config["offsets.topic.roll.ms"])
+        return str(self.config[_TOPIC_OVERRIDES[key]])
+
+    def _apply_policy(self, topic: Topic, log: PartitionLog) -> None:
+        """Set a log's roll / flush / retention knobs from the topic's configs (None = off)."""
+        def limit(key: str) -> int | None:
+            value = int(self.topic_setting(topic, key))
+            return None if value < 0 or value >= _NEVER else value
+
+        policy = set(self.topic_setting(topic, "cleanup.policy").split(","))
+        log.segment_bytes = int(self.topic_setting(topic, "segment.bytes"))
+        log.roll_ms = limit("segment.ms")
+        log.flush_messages = None if topic.internal else limit("flush.messages")
+        log.flush_ms = None if topic.internal else limit("flush.ms")
+        deleting = "delete" in policy and not topic.internal
+        log.retention_ms = limit("retention.ms") if deleting else None
+        log.retention_bytes = limit("retention.bytes") if deleting else None
+
     def _open_partitions(self, topic: Topic) -> None:
-        internal = topic.internal
-        segment_bytes = int(topic.configs.get("segment.bytes", self.config[
-            "offsets.topic.segment.bytes" if internal else "log.segment.bytes"]))
-        flush = self.config["log.flush.interval.messages"]
         for p in range(topic.partitions):
-            self.logs[(topic.name, p)] = PartitionLog(
-                self._partition_dir(topic.name, p),
-                segment_bytes=segment_bytes,
-                index_interval=self.config["log.index.interval.bytes"],
-                flush_messages=None if internal or flush >= 2**62 else flush,
-            )
+            log = PartitionLog(self._partition_dir(topic.name, p), index_interval=self.config["log.index.interval.bytes"])
+            self._apply_policy(topic, log)
+            self.logs[(topic.name, p)] = log
 
     def _remove_orphans(self) -> None:
         """Delete partition directories of deleted topics (a crash after the metadata write of a
@@ -247,10 +284,8 @@ class Broker:
         except OSError as exc:
             self.state.topics[name] = topic
             raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
-        default = self.config["offsets.topic.segment.bytes" if topic.internal else "log.segment.bytes"]
-        segment_bytes = int(configs.get("segment.bytes", default))
         for p in range(topic.partitions):
-            self.logs[(name, p)].segment_bytes = segment_bytes
+            self._apply_policy(updated, self.logs[(name, p)])
         return updated
 
     def auto_create(self, name: str) -> Topic | None:
@@ -330,6 +365,92 @@ class Broker:
         pid = self._next_producer_id
         self._next_producer_id += 1
         return pid
+
+    # --- housekeeping ------------------------------------------------------------------------
+
+    def maintenance(self, now: int | None = None) -> dict[str, int]:
+        """Time-based rolls and flushes, then retention, for every partition log. A failing
+        disk is logged and skipped (the partition keeps serving reads)."""
+        now = now_ms() if now is None else now
+        stats = {"rolled": 0, "flushed": 0, "deleted_segments": 0}
+        for (name, partition), log in list(self.logs.items()):
+            try:
+                stats["rolled"] += log.roll_if_old(now)
+                if log.flush_due(now):
+                    log.flush()
+                    stats["flushed"] += 1
+                deleted = log.apply_retention(now)
+            except OSError as exc:
+                _log.error("housekeeping of %s-%d failed: %s", name, partition, exc)
+                continue
+            if deleted:
+                stats["deleted_segments"] += deleted
+                self._notify_append(name, partition)
+        return stats
+
+    def compaction_candidates(self, now: int | None = None) -> list[tuple[str, int]]:
+        """Logs with a compact policy whose dirty ratio reached ``min.cleanable.dirty.ratio``."""
+        out = []
+        for (name, partition), log in self.logs.items():
+            topic = self.state.topics.get(name)
+            if topic is None or "compact" not in self.topic_setting(topic, "cleanup.policy").split(","):
+                continue
+            upto = self.coordinator_log.high_watermark if name == OFFSETS_TOPIC else None
+            ratio = float(self.topic_setting(topic, "min.cleanable.dirty.ratio"))
+            dirty = log.dirty_ratio(upto)
+            if dirty > 0 and dirty >= ratio:
+                out.append((name, partition))
+        return out
+
+    async def compact(self, name: str, partition: int, now: int | None = None) -> compaction.CompactionPlan | None:
+        """Compact one log's closed segments: the rewrite runs in a worker thread, the swap of
+        the segment list on the loop. For ``__consumer_offsets`` only segments below the
+        durable end are touched."""
+        now = now_ms() if now is None else now
+        topic = self.state.topics[name]
+        log = self.logs[(name, partition)]
+        upto = self.coordinator_log.high_watermark if name == OFFSETS_TOPIC else None
+        segments = log.closed_segments(upto)
+        if not segments:
+            return None
+        horizon = now - int(self.topic_setting(topic, "delete.retention.ms"))
+        guard = self.coordinator_log.compaction_guard() if name == OFFSETS_TOPIC else None
+        plan = await asyncio.get_running_loop().run_in_executor(None, compaction.build, log, segments, horizon, guard)
+        if self.logs.get((name, partition)) is not log or not log.swap_segments(plan.old, plan.new):
+            for seg in plan.new:
+                seg.close()
+            return None
+        _log.info("compacted %s-%d: %d -> %d records, %d -> %d bytes", name, partition,
+                  plan.records_in, plan.records_out, plan.bytes_in, plan.bytes_out)
+        return plan
+
+    async def maintenance_loop(self) -> None:
+        """Run housekeeping until cancelled: every second for time-based rolls and flushes,
+        every ``log.retention.check.interval.ms`` for retention, every
+        ``log.cleaner.backoff.ms`` for compaction."""
+        retention_every = self.config["log.retention.check.interval.ms"]
+        cleaner_every = self.config["log.cleaner.backoff.ms"]
+        next_retention = now_ms() + retention_every
+        next_clean = now_ms() + cleaner_every
+        while True:
+            await asyncio.sleep(min(1.0, retention_every / 1000, cleaner_every / 1000))
+            now = now_ms()
+            for log in self.logs.values():
+                if log.flush_due(now):
+                    try:
+                        log.flush()
+                    except OSError as exc:
+                        _log.error("fsync of %s failed: %s", log.directory, exc)
+            if now >= next_retention:
+                next_retention = now + retention_every
+                self.maintenance(now)
+            if now >= next_clean and self.config["log.cleaner.enable"]:
+                next_clean = now + cleaner_every
+                for name, partition in self.compaction_candidates(now):
+                    try:
+                        await self.compact(name, partition, now)
+                    except (OSError, ValueError, RuntimeError) as exc:
+                        _log.error("compaction of %s-%d failed: %s", name, partition, exc)
 
     # --- the coordinator's view --------------------------------------------------------------
 

@@ -4,7 +4,12 @@
 the coordinator already replayed matches the log) and returns a future that resolves with the
 batch's last offset once an fsync covers it. fsyncs run in a worker thread; appends that arrive
 while one is running are covered together by the next (group commit), so concurrent callers
-share fsyncs. Fetch sees only fsynced data: ``high_watermark`` is the durable end.
+share fsyncs. With ``linger_ms`` the flusher first waits that long, so even more share one
+fsync (Kafka's append linger). Fetch sees only fsynced data: ``high_watermark`` is the durable end.
+
+Storage faults: a write the disk refuses (ENOSPC, EIO) raises ``OSError`` from
+``append_records`` with the log unchanged; a failed fsync fails every waiting future and cuts
+the log back to the high watermark. Once space returns, appends work again.
 """
 
 from __future__ import annotations
@@ -14,19 +19,66 @@ import time
 from typing import Iterator, Sequence
 
 from cohort.log import PartitionLog
-from cohort.protocol.records import build_batch, check_batch, decode_batch, read_header
+from cohort.log.batches import batch_records
+from cohort.protocol.records import build_batch, check_batch, read_header
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
 
+_MEMBER_METADATA = b"\x00\x05"  # record type 5: ConsumerGroupMemberMetadata
+_CURRENT_ASSIGNMENT = b"\x00\x08"  # record type 8: ConsumerGroupCurrentMemberAssignment
+
+
+class MemberOrderGuard:
+    """Compaction guard for the coordinator log.
+
+    Keeping only the newest record per key can move a member's current assignment (type 8)
+    in front of its metadata (type 5) when the metadata was rewritten later, and a replay
+    cannot apply an assignment for a member it has not met yet. For every member whose newest
+    assignment is older than its newest metadata, this also keeps the metadata record that
+    preceded that assignment, so the replay meets old metadata, assignment, new metadata:
+    the same end state. Both key types end in (group, member), so the key bytes after the
+    type identify the member.
+    """
+
+    def __init__(self) -> None:
+        self._metadata: dict[bytes, int] = {}  # member -> offset of its latest metadata value so far
+        self._before_assignment: dict[bytes, int | None] = {}  # member -> that offset when its latest assignment came
+
+    def observe(self, offset: int, key: bytes, value: bytes | None) -> None:
+        kind = key[:2]
+        if kind == _MEMBER_METADATA:
+            if value is None:
+                self._metadata.pop(key[2:], None)
+            else:
+                self._metadata[key[2:]] = offset
+        elif kind == _CURRENT_ASSIGNMENT:
+            self._before_assignment[key[2:]] = None if value is None else self._metadata.get(key[2:])
+
+    def extra_offsets(self, newest: dict[bytes, int]) -> set[int]:
+        keep = set()
+        for member, metadata_offset in self._before_assignment.items():
+            if metadata_offset is None:
+                continue
+            if newest.get(_MEMBER_METADATA + member, -1) > newest[_CURRENT_ASSIGNMENT + member]:
+                keep.add(metadata_offset)
+        return keep
+
+
 class CoordinatorLog:
-    def __init__(self, log: PartitionLog) -> None:
+    def __init__(self, log: PartitionLog, *, linger_ms: int = 0) -> None:
         self.log = log
+        self.linger_ms = linger_ms
         self.high_watermark = log.end_offset  # everything found on open survived recovery
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._flushing = False
         self._listeners: list = []
         self.failed: OSError | None = None
+
+    @staticmethod
+    def compaction_guard() -> MemberOrderGuard:
+        """What compaction of this log must respect so that a replay still works."""
+        return MemberOrderGuard()
 
     def add_listener(self, callback) -> None:
         """``callback()`` runs after the high watermark advances (wakes Fetch long-polls)."""
@@ -38,10 +90,14 @@ class CoordinatorLog:
         Returns a future with the last offset, resolved after fsync. If the fsync fails, the
         future fails with ``OSError`` and the log is cut back to the high watermark (so the
         caller reverts its state to there). Raises ``OSError`` at once if the write itself
-        fails. Must be called on the event loop thread.
+        fails; nothing was appended then. Must be called on the event loop thread.
         """
         if self.failed is not None:
-            raise OSError(f"the coordinator log is unusable after a storage failure: {self.failed}")
+            try:
+                self.log.truncate_to(self.high_watermark)  # the disk may be back
+            except OSError:
+                raise OSError(f"the coordinator log is unusable after a storage failure: {self.failed}") from None
+            self.failed = None
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
         if not records:
@@ -59,6 +115,8 @@ class CoordinatorLog:
         loop = asyncio.get_running_loop()
         try:
             while self._waiters:
+                if self.linger_ms:
+                    await asyncio.sleep(self.linger_ms / 1000)
                 target = self.log.end_offset
                 try:
                     await loop.run_in_executor(None, self.log.flush)
@@ -103,8 +161,8 @@ class CoordinatorLog:
             pos = 0
             while pos < len(chunk):
                 h = check_batch(chunk, pos)
-                for rec in decode_batch(chunk, pos):
-                    if rec.offset >= offset:
-                        yield rec.offset, rec.key, rec.value
+                for rec in batch_records(chunk[pos : pos + h.size]):
+                    if rec[0] >= offset:
+                        yield rec
                 offset = h.last_offset + 1
                 pos += h.size

@@ -18,8 +18,9 @@ _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
 # Topic-level configs cohort accepts (CreateTopics, IncrementalAlterConfigs) with Kafka's
-# defaults. They are stored and reported; cohort acts on segment.bytes and max.message.bytes,
-# and a later issue on retention and compaction. Anything else gets INVALID_CONFIG, as in Kafka.
+# defaults. They are stored and reported; cohort acts on the segment, flush, retention and
+# compaction ones (see docs/storage.md) and max.message.bytes. Anything else gets
+# INVALID_CONFIG, as in Kafka.
 TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "cleanup.policy": "delete",
     "compression.type": "producer",
@@ -54,7 +55,9 @@ TOPIC_CONFIG_BROKER_DEFAULTS = {
     "flush.messages": "log.flush.interval.messages",
 }
 _INT_TOPIC_CONFIGS = {"segment.bytes": 1024, "max.message.bytes": 0, "index.interval.bytes": 0, "retention.ms": -1,
-                      "retention.bytes": -1, "segment.ms": 1, "min.insync.replicas": 1, "flush.messages": 1}
+                      "retention.bytes": -1, "segment.ms": 1, "min.insync.replicas": 1, "flush.messages": 1,
+                      "flush.ms": 0, "delete.retention.ms": 0, "min.compaction.lag.ms": 0, "max.compaction.lag.ms": 1,
+                      "file.delete.delay.ms": 0, "segment.jitter.ms": 0}
 
 
 def topic_config_error(key: str, value: str | None) -> str | None:
@@ -67,6 +70,12 @@ def topic_config_error(key: str, value: str | None) -> str | None:
                 raise ValueError
         except ValueError:
             return f"{key} must be an integer >= {_INT_TOPIC_CONFIGS[key]}, got {value!r}"
+    if key == "min.cleanable.dirty.ratio" and value is not None:
+        try:
+            if not 0.0 <= float(value) <= 1.0:
+                raise ValueError
+        except ValueError:
+            return f"min.cleanable.dirty.ratio must be a number between 0 and 1, got {value!r}"
     if key == "cleanup.policy" and value is not None:
         if not set(value.split(",")) <= {"delete", "compact"}:
             return f"cleanup.policy must be a list of delete and compact, got {value!r}"

@@ -1,23 +1,33 @@
 """An append-only, segmented log of record batches for one partition.
 
 Offsets are assigned here: ``append`` rewrites each batch's baseOffset to the log end offset.
-On open, sealed segments are loaded from their indexes and the active (last) segment is
-validated batch by batch; a torn or corrupt tail is truncated, so a crash mid-write loses
-at most the unacknowledged tail and never leaves a half batch behind.
+The log also rolls segments by size and age, deletes whole old segments for retention (which
+moves the log start offset), and swaps in compacted segments (see :mod:`cohort.log.compaction`).
+
+Recovery on open: an interrupted compaction swap is finished or discarded first. Segments below
+the recovery point (a checkpoint written after each roll and on close, when everything before it
+was fsynced) are loaded from their indexes; every later segment, and always the active one, is
+validated batch by batch (length, CRC32C, increasing offsets). A torn or corrupt tail is cut off
+and logged, so a crash mid-write never leaves a half batch that a reader or a replay would accept.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from cohort.log.segment import Segment
+from cohort.log import compaction, fileio
+from cohort.log.segment import Segment, now_ms
 from cohort.protocol.records import BatchHeader, assign_offsets, decode_batch, read_header
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_INDEX_INTERVAL = 4096
+RECOVERY_POINT_FILE = "recovery-point"
+
+_log = logging.getLogger("cohort.log")
 
 
 class OffsetOutOfRange(ValueError):
@@ -31,8 +41,14 @@ class AppendResult:
 
 
 class PartitionLog:
-    """Segments under ``directory``; all calls are synchronous and single-threaded except
-    :meth:`flush`, which may run in a worker thread while appends continue."""
+    """Segments under ``directory``. Calls are synchronous and made from one thread, except
+    :meth:`flush` and the build phase of compaction, which may run in a worker thread while
+    appends continue.
+
+    Policy knobs (``None`` = off) are plain attributes so a topic config change applies at once:
+    ``segment_bytes``, ``roll_ms``, ``flush_messages``, ``flush_ms``, ``retention_ms``,
+    ``retention_bytes``.
+    """
 
     def __init__(
         self,
@@ -41,29 +57,55 @@ class PartitionLog:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         index_interval: int = DEFAULT_INDEX_INTERVAL,
         flush_messages: int | None = None,
+        flush_ms: int | None = None,
+        roll_ms: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
     ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.index_interval = index_interval
         self.flush_messages = flush_messages
+        self.flush_ms = flush_ms
+        self.roll_ms = roll_ms
+        self.retention_ms = retention_ms
+        self.retention_bytes = retention_bytes
         self._unflushed = 0
+        self.last_flush_ms = now_ms()
         self.recovered_bytes = 0
+        # Closed segments below this offset were compacted and nothing newer was closed since.
+        self.cleaned_upto = 0
         os.makedirs(directory, exist_ok=True)
-        bases = sorted(int(n[:-4]) for n in os.listdir(directory) if n.endswith(".log") and n[:-4].isdigit())
+        compaction.recover_swap(directory)
+        recovery_point = self._read_recovery_point()
+        names = os.listdir(directory)
+        bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
+        for name in names:  # an index whose segment was deleted just before a crash
+            if name.endswith(".index") and name[:-6] + ".log" not in names:
+                os.unlink(os.path.join(directory, name))
         self.segments: list[Segment] = []
         for i, base in enumerate(bases):
             seg = Segment(directory, base, index_interval)
-            if i == len(bases) - 1:
-                self.recovered_bytes = seg.recover()
-            else:
-                seg.load()
+            last = i == len(bases) - 1
+            trusted = not last and bases[i + 1] <= recovery_point
+            if last or not trusted or not seg.load():
+                truncated = seg.recover()
+                if truncated:
+                    level = logging.WARNING if last else logging.ERROR
+                    _log.log(level, "%s: cut %d bytes of torn or corrupt batches from segment %d (records from offset %d on were lost)",
+                             directory, truncated, base, seg.next_offset)
+                self.recovered_bytes += truncated
             self.segments.append(seg)
         for a, b in zip(self.segments, self.segments[1:]):
-            if a.next_offset != b.base_offset:
-                raise OSError(f"{directory}: segment {b.base_offset} does not follow {a.base_offset} (ends at {a.next_offset})")
+            if a.next_offset > b.base_offset:
+                raise OSError(f"{directory}: segment {b.base_offset} overlaps segment {a.base_offset} (ends at {a.next_offset})")
+            a.next_offset = b.base_offset  # a compacted or damaged segment may end in a gap
         if not self.segments:
             self.segments.append(Segment(directory, 0, index_interval))
+            fileio.fsync_dir(directory)  # a new log's directory entries must survive a power loss too
+            fileio.fsync_dir(os.path.dirname(os.path.abspath(directory)))
         self._bases = [s.base_offset for s in self.segments]
+        self.cleaned_upto = self.start_offset
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -83,25 +125,43 @@ class PartitionLog:
     # --- writing ---------------------------------------------------------------------------
 
     def append(self, data: bytearray, headers: Sequence[BatchHeader]) -> AppendResult:
-        """Assign offsets to validated batches (in place) and append them."""
+        """Assign offsets to validated batches (in place) and append them.
+
+        Raises ``OSError`` if the disk refuses the write; the log is then exactly as before."""
         active = self.segments[-1]
-        if active.size and active.size + len(data) > self.segment_bytes:
+        if active.size and (active.size + len(data) > self.segment_bytes or self._too_old(active, now_ms())):
             active = self._roll()
         first = active.next_offset
         nxt = assign_offsets(data, headers, first)
         active.append(data, first, nxt, max(h.max_timestamp for h in headers))
-        if self.flush_messages is not None:
-            self._unflushed += nxt - first
-            if self._unflushed >= self.flush_messages:
-                self.flush()
+        self._unflushed += nxt - first
+        if self.flush_messages is not None and self._unflushed >= self.flush_messages:
+            self.flush()
         return AppendResult(first, nxt - 1)
 
+    def _too_old(self, seg: Segment, now: int) -> bool:
+        return self.roll_ms is not None and seg.first_append_ms is not None and now - seg.first_append_ms >= self.roll_ms
+
     def _roll(self) -> Segment:
+        """Seal the active segment and start a new one; on failure nothing changes."""
+        old = self.segments[-1]
         seg = Segment(self.directory, self.end_offset, self.index_interval)
-        self.segments[-1].seal()
+        try:
+            old.seal()
+            fileio.fsync_dir(self.directory)  # the new file's name is durable before data goes in
+        except OSError:
+            seg.remove()
+            raise
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
+        self._unflushed = 0
+        self._write_recovery_point(seg.base_offset)
         return seg
+
+    def roll(self) -> None:
+        """Start a new segment now (if the active one holds anything)."""
+        if self.segments[-1].size:
+            self._roll()
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after ``offset``, which must start a batch (or be the end).
@@ -123,15 +183,129 @@ class PartitionLog:
         seg.truncate(pos, offset)
 
     def flush(self) -> None:
-        """fsync the active segment (sealed segments were synced when rolled)."""
-        self._unflushed = 0
+        """fsync the active segment (sealed segments were synced when rolled). If it fails,
+        the unflushed count stays, so a time-based flush tries again."""
+        pending = self._unflushed
         self.segments[-1].flush()
+        self._unflushed = max(0, self._unflushed - pending)
+        self.last_flush_ms = now_ms()
+
+    def flush_due(self, now: int) -> bool:
+        """``flush_ms`` has passed since the last fsync and something was written since."""
+        return self.flush_ms is not None and self._unflushed > 0 and now - self.last_flush_ms >= self.flush_ms
+
+    # --- retention ---------------------------------------------------------------------------
+
+    def roll_if_old(self, now: int) -> bool:
+        """Time-based roll for an idle partition (appends check it themselves)."""
+        active = self.segments[-1]
+        if active.size and self._too_old(active, now):
+            self._roll()
+            return True
+        return False
+
+    def apply_retention(self, now: int) -> int:
+        """Delete whole segments past ``retention_ms`` (by their largest timestamp) or beyond
+        ``retention_bytes`` (oldest first); the log start offset moves to the first kept
+        segment. An expired active segment is rolled first, as in Kafka. Returns the number of
+        segments deleted."""
+        doomed = 0
+        if self.retention_ms is not None:
+            limit = now - self.retention_ms
+            if self.segments[-1].size and self._segment_time(self.segments[-1]) < limit:
+                self._roll()
+            while doomed < len(self.segments) - 1 and self._segment_time(self.segments[doomed]) < limit:
+                doomed += 1
+        if self.retention_bytes is not None:
+            excess = self.size_bytes - self.retention_bytes - sum(s.size for s in self.segments[:doomed])
+            while doomed < len(self.segments) - 1 and excess >= self.segments[doomed].size:
+                excess -= self.segments[doomed].size
+                doomed += 1
+        if doomed:
+            gone = self.segments[:doomed]
+            del self.segments[:doomed]
+            del self._bases[:doomed]
+            self.cleaned_upto = max(self.cleaned_upto, self.start_offset)
+            for seg in gone:
+                seg.remove()
+            _log.info("%s: retention deleted %d segment(s); log start offset is now %d", self.directory, doomed, self.start_offset)
+        return doomed
+
+    @staticmethod
+    def _segment_time(seg: Segment) -> int:
+        ts = seg.largest_timestamp()
+        if ts < 0:
+            ts = int(os.fstat(seg.fd).st_mtime * 1000)
+        return ts
+
+    # --- compaction --------------------------------------------------------------------------
+
+    def closed_segments(self, upto: int | None = None) -> list[Segment]:
+        """Sealed segments that end at or before ``upto`` (default: all but the active one)."""
+        out = []
+        for seg in self.segments[:-1]:
+            if upto is not None and seg.next_offset > upto:
+                break
+            out.append(seg)
+        return out
+
+    def dirty_ratio(self, upto: int | None = None) -> float:
+        """Share of closed-segment bytes written since the last compaction."""
+        closed = self.closed_segments(upto)
+        total = sum(s.size for s in closed)
+        if not total:
+            return 0.0
+        return sum(s.size for s in closed if s.base_offset >= self.cleaned_upto) / total
+
+    def swap_segments(self, old: list[Segment], new: list[Segment]) -> bool:
+        """Replace the in-memory segments ``old`` (consecutive, files already swapped on disk
+        by the compactor) with ``new``. Returns False if ``old`` is no longer current."""
+        if not old:
+            return False
+        try:
+            i = self.segments.index(old[0])
+        except ValueError:
+            return False
+        if self.segments[i : i + len(old)] != old or i + len(old) >= len(self.segments):
+            return False
+        self.segments[i : i + len(old)] = new
+        for j in range(i, i + len(new)):
+            self.segments[j].next_offset = self.segments[j + 1].base_offset
+        self._bases = [s.base_offset for s in self.segments]
+        self.cleaned_upto = max(self.cleaned_upto, new[-1].next_offset)
+        for seg in old:
+            seg.close()
+        return True
+
+    # --- recovery point ----------------------------------------------------------------------
+
+    def _read_recovery_point(self) -> int:
+        try:
+            with open(os.path.join(self.directory, RECOVERY_POINT_FILE), encoding="ascii") as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _write_recovery_point(self, offset: int) -> None:
+        """Everything before ``offset`` is fsynced; a later open may trust those segments.
+        Best effort: a stale checkpoint only makes the next recovery check more."""
+        path = os.path.join(self.directory, RECOVERY_POINT_FILE)
+        try:
+            fd = fileio.IO.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                fileio.IO.write(fd, str(offset).encode())
+                fileio.IO.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            _log.warning("%s: cannot write the recovery point (%s)", self.directory, exc)
 
     # --- reading ---------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, allow_oversize: bool = True) -> bytes:
-        """Whole batches starting with the one containing ``offset``; b"" at the log end.
-        See :meth:`Segment.read` for ``allow_oversize``."""
+        """Whole batches starting with the one containing ``offset`` (or the next one, inside a
+        compacted gap); b"" at the log end. See :meth:`Segment.read` for ``allow_oversize``."""
         if offset < self.start_offset or offset > self.end_offset:
             raise OffsetOutOfRange(f"offset {offset} is outside [{self.start_offset}, {self.end_offset}]")
         i = bisect.bisect_right(self._bases, offset) - 1
@@ -171,5 +345,11 @@ class PartitionLog:
         return best
 
     def close(self) -> None:
+        """Close every segment and checkpoint the recovery point if the data is synced."""
+        try:
+            self.segments[-1].flush()
+            self._write_recovery_point(self.end_offset)
+        except OSError as exc:
+            _log.error("%s: fsync on close failed (%s); the next start re-checks the tail", self.directory, exc)
         for seg in self.segments:
             seg.close()

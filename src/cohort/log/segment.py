@@ -2,36 +2,48 @@
 ``.index`` of (relative offset, file position) pairs, both named by the segment's base offset.
 
 The index is an accelerator, never the source of truth: if it is missing or disagrees with the
-log it is rebuilt by scanning batch headers.
+log it is rebuilt by scanning batch headers, and failing to write it never fails an append.
+Offsets increase from batch to batch but may skip (a compacted segment keeps only some records).
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import struct
+import time
 
+from cohort.log import fileio
 from cohort.protocol.records import HEADER_SIZE, InvalidBatch, check_batch, read_header
 
 _ENTRY = struct.Struct(">II")
+_log = logging.getLogger("cohort.log")
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-class Segment:
-    """Append-only storage for batches with offsets [base_offset, next_offset)."""
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
-    def __init__(self, directory: str, base_offset: int, index_interval: int) -> None:
+
+class Segment:
+    """Append-only storage for batches with offsets in [base_offset, next_offset)."""
+
+    def __init__(self, directory: str, base_offset: int, index_interval: int, *, create: bool = True) -> None:
         self.base_offset = base_offset
         self.log_path = os.path.join(directory, segment_name(base_offset, ".log"))
         self.index_path = os.path.join(directory, segment_name(base_offset, ".index"))
         self.index_interval = index_interval
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = fileio.IO.open(self.log_path, os.O_RDWR | (os.O_CREAT if create else 0))
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
-        self.max_timestamp = -1
+        # Largest batch timestamp; None = not known yet (sealed segments compute it on demand).
+        self.max_timestamp: int | None = -1
+        # When the segment got its first batch (broker clock), for time-based rolling.
+        self.first_append_ms: int | None = None
         self._idx_offsets: list[int] = []
         self._idx_positions: list[int] = []
         self._bytes_since_index = index_interval  # the first batch is always indexed
@@ -40,17 +52,19 @@ class Segment:
     # --- opening ---------------------------------------------------------------------------
 
     def recover(self) -> int:
-        """Validate every batch (length, CRC, offset continuity), truncate a torn or corrupt
+        """Validate every batch (length, CRC32C, increasing offsets), truncate a torn or corrupt
         tail, and rebuild the index. Returns the number of bytes truncated."""
         pos = 0
         expected = self.base_offset
         offsets, positions = [], []
         since = self.index_interval  # index the first batch
+        max_ts = -1
+        first_ts = None
         while pos < self.size:
             head = os.pread(self.fd, HEADER_SIZE, pos)
             try:
                 h = read_header(head)
-                if h.base_offset != expected or pos + h.size > self.size:
+                if h.base_offset < expected or pos + h.size > self.size:
                     break
                 check_batch(os.pread(self.fd, h.size, pos))
             except InvalidBatch:
@@ -61,22 +75,27 @@ class Segment:
                 since = 0
             since += h.size
             expected = h.last_offset + 1
-            self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+            max_ts = max(max_ts, h.max_timestamp)
+            if first_ts is None:
+                first_ts = h.max_timestamp
             pos += h.size
         truncated = self.size - pos
         if truncated:
-            os.ftruncate(self.fd, pos)
-            os.fsync(self.fd)
+            fileio.IO.ftruncate(self.fd, pos)
+            fileio.IO.fsync(self.fd)
             self.size = pos
         self.next_offset = expected
+        self.max_timestamp = max_ts
+        self.first_append_ms = self._first_append_guess(first_ts)
         self._idx_offsets, self._idx_positions = offsets, positions
         self._bytes_since_index = since
         self._rewrite_index()
         return truncated
 
-    def load(self) -> None:
-        """Open a sealed segment: trust the index if it is consistent, then walk from its last
-        entry to find ``next_offset``; otherwise recover fully."""
+    def load(self) -> bool:
+        """Open a sealed segment cheaply: trust the index if it is consistent and walk batch
+        headers from its last entry to find the end. Returns False if the headers do not add
+        up (the caller then runs :meth:`recover`)."""
         try:
             with open(self.index_path, "rb") as f:
                 raw = f.read()
@@ -84,24 +103,54 @@ class Segment:
             raw = b""
         n = len(raw) // _ENTRY.size
         entries = [_ENTRY.unpack_from(raw, i * _ENTRY.size) for i in range(n)]
-        ok = bool(entries) and entries[0] == (0, 0) and all(p < self.size for _, p in entries)
+        ok = bool(entries) and entries[0][1] == 0 and all(p < self.size for _, p in entries)
         ok = ok and all(a[0] < b[0] and a[1] < b[1] for a, b in zip(entries, entries[1:]))
-        if not ok:
-            self.recover()
-            return
-        self._idx_offsets = [o for o, _ in entries]
-        self._idx_positions = [p for _, p in entries]
-        pos = self._idx_positions[-1]
-        expected = self.base_offset + self._idx_offsets[-1]
+        if ok:
+            self._idx_offsets = [o for o, _ in entries]
+            self._idx_positions = [p for _, p in entries]
+        else:
+            self._idx_offsets, self._idx_positions = [], []
+        pos = self._idx_positions[-1] if ok else 0
+        expected = self.base_offset + (self._idx_offsets[-1] if ok else 0)
+        since = 0
         while pos < self.size:
-            h = read_header(os.pread(self.fd, HEADER_SIZE, pos))
-            if h.base_offset != expected or pos + h.size > self.size:
-                self.recover()
-                return
+            try:
+                h = read_header(os.pread(self.fd, HEADER_SIZE, pos))
+            except InvalidBatch:
+                return False
+            if h.base_offset < expected or h.batch_length < HEADER_SIZE - 12 or pos + h.size > self.size:
+                return False
+            if not ok and (not self._idx_positions or since >= self.index_interval):
+                self._idx_offsets.append(h.base_offset - self.base_offset)
+                self._idx_positions.append(pos)
+                since = 0
+            since += h.size
             expected = h.last_offset + 1
             pos += h.size
         self.next_offset = expected
-        self.max_timestamp = -1  # only needed for the active segment's ListOffsets -3 shortcut
+        self.max_timestamp = None
+        self.first_append_ms = self._first_append_guess(None)
+        if not ok:
+            self._rewrite_index()
+        return True
+
+    def _first_append_guess(self, first_ts: int | None) -> int | None:
+        """After a restart the segment's age is taken from its first batch's timestamp (as
+        Kafka does), else from the file's modification time."""
+        if self.size == 0:
+            return None
+        if first_ts is None:
+            first_ts = read_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+        if first_ts >= 0:
+            return first_ts
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def largest_timestamp(self) -> int:
+        """Largest batch max-timestamp in the segment (-1 if none); walks headers once for a
+        segment opened sealed."""
+        if self.max_timestamp is None:
+            self.max_timestamp = max((h.max_timestamp for _, h in self.headers()), default=-1)
+        return self.max_timestamp
 
     def _rebuild_index(self) -> None:
         """Recompute the index from the batch headers (the log itself is trusted here)."""
@@ -115,57 +164,89 @@ class Segment:
             since += h.size
         self._idx_offsets, self._idx_positions = offsets, positions
         self._bytes_since_index = since
-        if self._index_fd >= 0:
-            os.close(self._index_fd)
-            self._index_fd = -1
+        self._close_index()
         self._rewrite_index()
 
     def _rewrite_index(self) -> None:
+        """Write the whole index file. Best effort: on failure (a full disk) the file is removed
+        and rebuilt on a later open; the in-memory index stays correct."""
         data = b"".join(_ENTRY.pack(o, p) for o, p in zip(self._idx_offsets, self._idx_positions))
         tmp = self.index_path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, self.index_path)
+        try:
+            fd = fileio.IO.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                fileio.IO.write(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.index_path)
+        except OSError as exc:
+            _log.warning("cannot write index %s (%s); it will be rebuilt", self.index_path, exc)
+            for path in (tmp, self.index_path):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     # --- writing ---------------------------------------------------------------------------
 
     def append(self, data: bytes | bytearray, first_offset: int, next_offset: int, max_timestamp: int) -> None:
-        """Append whole batches whose offsets run [first_offset, next_offset)."""
+        """Append whole batches whose offsets run [first_offset, next_offset).
+
+        All or nothing: if the write fails or is short (a full disk), the file is cut back and
+        nothing in memory changes, so no half batch becomes visible."""
         pos = self.size
-        written = os.pwrite(self.fd, data, pos)
-        if written != len(data):
-            os.ftruncate(self.fd, pos)
-            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        try:
+            written = fileio.IO.pwrite(self.fd, data, pos)
+            if written != len(data):
+                raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        except OSError:
+            try:
+                fileio.IO.ftruncate(self.fd, pos)
+            except OSError:
+                pass  # the bytes past `size` are overwritten by the next append or cut by recovery
+            raise
         if self._bytes_since_index >= self.index_interval:
             self._add_index_entry(first_offset - self.base_offset, pos)
         self._bytes_since_index += len(data)
         self.size += len(data)
         self.next_offset = next_offset
-        if max_timestamp > self.max_timestamp:
+        if self.max_timestamp is not None and max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
+        if self.first_append_ms is None:
+            self.first_append_ms = now_ms()
 
     def _add_index_entry(self, rel_offset: int, pos: int) -> None:
         self._idx_offsets.append(rel_offset)
         self._idx_positions.append(pos)
         self._bytes_since_index = 0
-        if self._index_fd < 0:
-            self._index_fd = os.open(self.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(self._index_fd, _ENTRY.pack(rel_offset, pos))
+        try:
+            if self._index_fd < 0:
+                self._index_fd = fileio.IO.open(self.index_path, os.O_WRONLY | os.O_CREAT)
+            # Written at its slot (not appended), so a failed write cannot misalign later entries.
+            fileio.IO.pwrite(self._index_fd, _ENTRY.pack(rel_offset, pos), (len(self._idx_offsets) - 1) * _ENTRY.size)
+        except OSError as exc:
+            _log.warning("cannot extend index %s (%s); it will be rebuilt", self.index_path, exc)
+            self._close_index()
+            try:
+                os.unlink(self.index_path)
+            except OSError:
+                pass
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        fileio.IO.fsync(self.fd)
 
     def seal(self) -> None:
         """No more appends: sync the data and release the index writer."""
         self.flush()
+        self._close_index()
+
+    def _close_index(self) -> None:
         if self._index_fd >= 0:
             os.close(self._index_fd)
             self._index_fd = -1
 
     def close(self) -> None:
-        if self._index_fd >= 0:
-            os.close(self._index_fd)
-            self._index_fd = -1
+        self._close_index()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -173,7 +254,7 @@ class Segment:
     # --- reading ---------------------------------------------------------------------------
 
     def find(self, offset: int) -> int | None:
-        """File position of the batch containing ``offset`` (None if past the end)."""
+        """File position of the first batch whose last offset is >= ``offset`` (None if past the end)."""
         if offset >= self.next_offset:
             return None
         i = bisect.bisect_right(self._idx_offsets, offset - self.base_offset) - 1
@@ -215,18 +296,18 @@ class Segment:
 
     def truncate(self, pos: int, next_offset: int) -> None:
         """Cut the segment at batch boundary ``pos`` (the batch for ``next_offset`` starts there)."""
-        os.ftruncate(self.fd, pos)
-        os.fsync(self.fd)
+        fileio.IO.ftruncate(self.fd, pos)
         self.size = pos
         self.next_offset = next_offset
         keep = bisect.bisect_left(self._idx_positions, pos)
         self._idx_offsets = self._idx_offsets[:keep]
         self._idx_positions = self._idx_positions[:keep]
         self._bytes_since_index = self.index_interval if not keep else pos - self._idx_positions[-1]
-        if self._index_fd >= 0:
-            os.close(self._index_fd)
-            self._index_fd = -1
+        self._close_index()
         self._rewrite_index()
+        if self.max_timestamp is not None:
+            self.max_timestamp = None if pos else -1
+        fileio.IO.fsync(self.fd)  # memory already matches the file, even if this fails
 
     def remove(self) -> None:
         self.close()

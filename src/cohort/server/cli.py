@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         runner = asyncio.run
     try:
         return runner(serve(config))
+    except ConfigError as exc:
+        print(f"cohort serve: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"cohort serve: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
-import importlib.util
 import logging
 import socket
 from typing import Any, Awaitable, Callable
@@ -35,7 +34,7 @@ from cohort.server.waiters import AppendWaiters
 
 log = logging.getLogger("cohort.server")
 
-# Optional modules that register more APIs: each must define ``install(server)``.
+# Modules that register more APIs: each must define ``install(server)``.
 PLUGINS = ("cohort.server.groups",)
 
 
@@ -80,8 +79,7 @@ class Server:
         handlers.install(self)
         configs.install(self)
         for name in plugins:
-            if importlib.util.find_spec(name) is not None:
-                importlib.import_module(name).install(self)
+            importlib.import_module(name).install(self)
 
     @property
     def advertised_host(self) -> str:
@@ -103,6 +101,7 @@ class Server:
         self.port = sock.getsockname()[1]
         for hook in self.startup_hooks:
             self.spawn(hook())
+        self.spawn(self.broker.maintenance_loop())
         log.info("cohort broker %d listening on %s:%d (data in %s)", self.broker.node_id, self.host, self.port, self.broker.data_dir)
 
     async def offload(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -1,0 +1,554 @@
+"""The group coordinator's APIs, served from one sans-IO :class:`GroupCoordinatorShard`.
+
+cohort has one ``__consumer_offsets`` partition, so one shard owns every group. This adapter
+gives the shard what it cannot have itself: a clock, a durable log, timers and topic metadata.
+
+* **Writes** (heartbeat, offset commit/delete, group delete, group config changes, timer
+  expiry) run ``shard.handle(request, now)``, which applies its records at once. The records
+  are appended to the coordinator log in the same step, so log order is shard order; the
+  response is released only after the fsync that covers them, then ``shard.commit``. A failed
+  append reverts the shard from the first lost record on and answers NOT_COORDINATOR, as Kafka
+  does when its log write fails.
+* **Exclusive access**: the shard is single-threaded. Work runs on the event loop, except a
+  heartbeat that may run an assignor on a large group, which runs ``handle`` on the server's
+  worker thread while an asyncio lock keeps every other shard access waiting. Requests of one
+  connection keep their order: while one of them waits, the next ones wait too.
+* **Reads** (describe, list, offset fetch) see committed state only (the shard's contract).
+* **Loading**: at startup the log is replayed into the shard; until then group APIs answer
+  COORDINATOR_LOAD_IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from cohort.assignors import registry
+from cohort.broker import BrokerError
+from cohort.config import REGISTRY, ConfigError, declare
+from cohort.coordinator import CoordinatorConfig, GroupCoordinatorShard, MetadataImage, TopicImage, decode, encode
+from cohort.coordinator import requests as rq
+from cohort.coordinator.config import INT_MAX
+from cohort.coordinator.errors import Errors
+from cohort.protocol import DecodedRequest
+from cohort.server import _group_codec as wire
+from cohort.server.configs import APPEND, DEFAULT_CONFIG, DELETE, GROUP, GROUP_CONFIG, SET, SUBTRACT, ConfigEntry
+
+if TYPE_CHECKING:
+    from cohort.server.server import RequestContext, Server
+
+log = logging.getLogger("cohort.groups")
+
+# --- settings (Kafka's names and defaults) ---------------------------------------------------
+
+_G = "group coordinator"
+declare("group.consumer.session.timeout.ms", int, 45_000, "Session timeout of consumer-protocol members: a member "
+        "that sends no heartbeat for this long is removed from its group. Groups may override it "
+        "(`consumer.session.timeout.ms`) within the min/max bounds.", minimum=1, group=_G)
+declare("group.consumer.min.session.timeout.ms", int, 45_000, "Smallest session timeout a group may configure.",
+        minimum=1, group=_G)
+declare("group.consumer.max.session.timeout.ms", int, 60_000, "Largest session timeout a group may configure.",
+        minimum=1, group=_G)
+declare("group.consumer.heartbeat.interval.ms", int, 5_000, "Heartbeat interval given to consumer-protocol members "
+        "(must be below the session timeout). Groups may override it (`consumer.heartbeat.interval.ms`).",
+        minimum=1, group=_G)
+declare("group.consumer.min.heartbeat.interval.ms", int, 5_000, "Smallest heartbeat interval a group may configure.",
+        minimum=1, group=_G)
+declare("group.consumer.max.heartbeat.interval.ms", int, 15_000, "Largest heartbeat interval a group may configure.",
+        minimum=1, group=_G)
+declare("group.consumer.max.size", int, INT_MAX, "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED "
+        "beyond).", minimum=1, group=_G)
+declare("group.consumer.assignors", str, "uniform,range,lag", "Server-side assignors members may ask for "
+        "(`group.remote.assignor`), comma-separated; the first is the default.", group=_G)
+declare("offsets.retention.minutes", int, 10_080, "Committed offsets of topics a group no longer subscribes to "
+        "are deleted after this long.", minimum=1, group=_G)
+declare("offsets.retention.check.interval.ms", int, 600_000, "How often expired offsets are looked for.",
+        minimum=1, group=_G)
+declare("offset.metadata.max.bytes", int, 4096, "Longest metadata string an offset commit may carry "
+        "(OFFSET_METADATA_TOO_LARGE beyond).", minimum=0, group=_G)
+declare("group.consumer.migration.policy", str, "bidirectional", "Whether a group may convert between the classic "
+        "and the consumer protocol (KIP-848 online migration); used once the classic APIs are served.",
+        choices=("bidirectional", "upgrade", "downgrade", "disabled"), group=_G)
+declare("group.min.session.timeout.ms", int, 6_000, "Smallest session timeout a classic-protocol member may ask "
+        "for; used once the classic APIs are served.", minimum=0, group=_G)
+declare("group.max.session.timeout.ms", int, 1_800_000, "Largest session timeout a classic-protocol member may ask "
+        "for; used once the classic APIs are served.", minimum=0, group=_G)
+declare("group.initial.rebalance.delay.ms", int, 3_000, "How long the first rebalance of an empty classic group "
+        "waits for more members; used once the classic APIs are served.", minimum=0, group=_G)
+declare("group.max.size", int, INT_MAX, "Most members a classic group may have; used once the classic APIs are "
+        "served.", minimum=1, group=_G)
+declare("group.coordinator.offload.min.members", int, 2000, "A heartbeat that may compute a new target assignment "
+        "for a group of at least this many members runs on the worker thread, so the event loop keeps "
+        "serving other connections meanwhile (cohort only).", minimum=1, group=_G)
+
+GROUP_CONFIG_DOCS = {
+    "consumer.session.timeout.ms": "The group's session timeout (overrides group.consumer.session.timeout.ms).",
+    "consumer.heartbeat.interval.ms": "The group's heartbeat interval (overrides group.consumer.heartbeat.interval.ms).",
+    "consumer.assignor": "The group's default server assignor when members name none (cohort only).",
+}
+
+
+def coordinator_config(config: Any) -> CoordinatorConfig:
+    """The shard's configuration from the broker settings; a bad combination is a ConfigError."""
+    names = [*CoordinatorConfig.PROPERTIES, "group.consumer.assignors", "group.consumer.migration.policy",
+             "offsets.retention.minutes"]
+    props = {name: config[name] for name in names if name in REGISTRY}
+    try:
+        result = CoordinatorConfig.from_properties(props)
+        for name in result.consumer_assignors:
+            registry.get(name)
+    except (ValueError, LookupError) as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    return result
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class AppendFailed(Exception):
+    """The records of a write could not be made durable; the shard was reverted."""
+
+
+@dataclass(eq=False)
+class _Append:
+    """One write's records in flight: shard offsets [start, end) and when they are durable."""
+
+    start: int
+    end: int
+    durable: asyncio.Future = field(repr=False)  # True once committed, False if reverted
+
+
+def install(server: "Server") -> None:
+    coordinator = GroupCoordinator(server)
+    server.group_coordinator = coordinator  # type: ignore[attr-defined]
+    reg = server.apis.register
+    reg(68, coordinator.consumer_group_heartbeat, min_version=0, max_version=1)
+    reg(69, coordinator.consumer_group_describe, min_version=0, max_version=1)
+    reg(8, coordinator.offset_commit, min_version=2, max_version=10)
+    reg(9, coordinator.offset_fetch, min_version=1, max_version=10)
+    reg(16, coordinator.list_groups, min_version=0, max_version=5)
+    reg(15, coordinator.describe_groups, min_version=0, max_version=5)
+    reg(42, coordinator.delete_groups, min_version=0, max_version=2)
+    reg(47, coordinator.offset_delete, min_version=0, max_version=0)
+    server.config_resources[GROUP] = GroupConfigs(coordinator)
+    server.startup_hooks.append(coordinator.load)
+
+    server.broker.topic_listeners.append(coordinator.topics_changed)
+
+
+class GroupCoordinator:
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self.broker = server.broker
+        self.log = server.broker.coordinator_log
+        self.config = coordinator_config(server.config)
+        self.offload_min_members = server.config["group.coordinator.offload.min.members"]
+        self.shard = GroupCoordinatorShard(self.config)
+        self.loaded = False
+        self._lock = asyncio.Lock()  # held while the shard is used across an await
+        self._inflight: collections.deque[_Append] = collections.deque()
+        self._tail: _Append | None = None  # the latest write in flight
+        self._log_end = self.log.log.end_offset
+        self._metadata_stale = True
+        self._conn_last: dict[int, asyncio.Task] = {}  # id(ctx) -> the connection's last request still waiting
+        self._wake = asyncio.Event()
+        self._sleep_until: int | None = None
+        self._hb = {}  # version -> HeartbeatEncoder
+        self.names = wire.TopicNames(self.broker.topic_by_id, self.broker.topics.get)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Replay the coordinator log, then serve (yielding to the loop while replaying)."""
+        started = time.monotonic()
+        async with self._lock:
+            count = skipped = 0
+            for offset, key, value in self.log.read_all():
+                try:
+                    self.shard.replay(decode(key, value))
+                except Exception as exc:  # noqa: BLE001 - one bad record must not lose the rest
+                    skipped += 1
+                    log.error("coordinator log offset %d cannot be replayed, skipped: %s", offset, exc)
+                count += 1
+                if count % 2000 == 0:
+                    await asyncio.sleep(0)
+            self._refresh_metadata()
+            self.shard.on_loaded(now_ms())
+            self._log_end = self.log.log.end_offset
+            self.loaded = True
+        log.info("group coordinator loaded %d records (%d skipped) in %.2f s; %d groups",
+                 count, skipped, time.monotonic() - started, len(self.shard.state.groups))
+        self.server.spawn(self._timer_loop())
+
+    def topics_changed(self) -> None:
+        self._metadata_stale = True  # applied before the next shard access (heartbeats refresh lazily)
+
+    def _refresh_metadata(self) -> None:
+        if not self._metadata_stale:
+            return
+        self._metadata_stale = False
+        snap = self.broker.metadata_snapshot()
+        self.shard.update_metadata(MetadataImage.of(
+            (TopicImage(t.name, t.topic_id, t.num_partitions) for t in snap.topics.values() if not t.internal),
+            snap.version))
+
+    # --- exclusive access, durability --------------------------------------------------------
+
+    def _free(self, ctx: Any) -> bool:
+        """True if the shard may be used right now for this connection's request."""
+        if not self.loaded or self._lock.locked():
+            return False
+        last = self._conn_last.get(id(ctx))
+        return last is None or last.done()
+
+    def _later(self, ctx: Any, coro, *, in_order: bool = True) -> asyncio.Task:
+        """Run ``coro`` as a task. With ``in_order`` it starts once the connection's previous
+        request is answered (Kafka handles one request per connection at a time); later
+        requests of the connection wait behind it either way."""
+        key = id(ctx)
+        previous = self._conn_last.get(key) if in_order else None
+
+        async def run() -> Any:
+            if previous is not None and not previous.done():
+                await asyncio.wait((previous,))
+            return await coro
+
+        task = asyncio.ensure_future(run())
+        self._conn_last[key] = task
+
+        def done(_: asyncio.Task) -> None:
+            if self._conn_last.get(key) is task:
+                del self._conn_last[key]
+
+        task.add_done_callback(done)
+        return task
+
+    def _prepare(self) -> None:
+        """Before touching the shard: notice a log cut back by a failed fsync, apply metadata."""
+        if self._inflight and self.log.log.end_offset < self._log_end:
+            self._revert_inflight()
+        self._refresh_metadata()
+
+    def _persist(self, result: rq.Result) -> _Append | None:
+        """Append the records of a write; returns what to wait for before answering (None: nothing)."""
+        records = result.records
+        if not records:
+            tail = self._tail
+            return None if tail is None or self.shard.last_committed_offset >= result.end_offset else tail
+        start = result.end_offset - len(records)
+        try:
+            fut = self.log.append_records([encode(r) for r in records])
+        except OSError as exc:
+            log.error("coordinator log append failed: %s", exc)
+            self.shard.revert(start)
+            self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operation cancelled or fired
+            raise AppendFailed(str(exc)) from None
+        entry = _Append(start, result.end_offset, asyncio.get_running_loop().create_future())
+        self._inflight.append(entry)
+        self._tail = entry
+        self._log_end = self.log.log.end_offset
+        fut.add_done_callback(lambda f: self._appended(entry, f))
+        self._maybe_wake_timers()
+        return entry
+
+    def _appended(self, entry: _Append, fut: asyncio.Future) -> None:
+        if entry.durable.done():
+            return  # already reverted
+        if fut.cancelled() or fut.exception() is not None:
+            log.error("coordinator log fsync failed: %s", None if fut.cancelled() else fut.exception())
+            self._revert_inflight()
+            return
+        while self._inflight and self._inflight[0].end <= entry.end:
+            done = self._inflight.popleft()
+            if not done.durable.done():
+                done.durable.set_result(True)
+        self.shard.commit(entry.end)
+        if self._tail is entry:
+            self._tail = None
+
+    def _revert_inflight(self) -> None:
+        """Every write still in flight is lost (the log was cut back to its durable end)."""
+        if not self._inflight:
+            return
+        self.shard.revert(self._inflight[0].start)
+        self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operations cancelled or fired
+        for entry in self._inflight:
+            entry.durable.set_result(False)
+        self._inflight.clear()
+        self._tail = None
+        self._log_end = self.log.log.end_offset
+
+    def _needs_offload(self, req: Any) -> bool:
+        """A heartbeat that may compute a target assignment for a large group."""
+        if type(req) is not rq.ConsumerGroupHeartbeatRequest:
+            return False
+        group = self.shard.state.groups.get(req.group_id)
+        if group is None or len(group.members) < self.offload_min_members:
+            return False
+        return (req.member_epoch <= 0 or req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None
+                or group.group_epoch > group.assignment_epoch or group.refresh_metadata or self._metadata_stale)
+
+    def write(self, ctx: Any, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any:
+        """Run a write: its answer now if nothing needs waiting for, else a task resolving to it."""
+        if self._free(ctx) and not self._needs_offload(req):
+            self._prepare()
+            result = self.shard.handle(req, now_ms())
+            try:
+                entry = self._persist(result)
+            except AppendFailed as exc:
+                return fail(Errors.NOT_COORDINATOR, f"the coordinator log write failed: {exc}")
+            if entry is None:
+                return answer(result.response)
+            return self._later(ctx, self._answer_when_durable(entry, result, answer, fail), in_order=False)
+        return self._later(ctx, self._write_waiting(req, answer, fail))
+
+    async def _write_waiting(self, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any:
+        async with self._lock:
+            if not self.loaded:
+                return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "the group coordinator is loading")
+            self._prepare()
+            if self._needs_offload(req):
+                result = await self.server.offload(self.shard.handle, req, now_ms())
+            else:
+                result = self.shard.handle(req, now_ms())
+            try:
+                entry = self._persist(result)
+            except AppendFailed as exc:
+                return fail(Errors.NOT_COORDINATOR, f"the coordinator log write failed: {exc}")
+        if entry is None:
+            return answer(result.response)
+        return await self._answer_when_durable(entry, result, answer, fail)
+
+    async def _answer_when_durable(self, entry: _Append, result: rq.Result, answer, fail) -> Any:
+        if await asyncio.shield(entry.durable):
+            return answer(result.response)
+        return fail(Errors.NOT_COORDINATOR, "the coordinator log write failed")
+
+    def read(self, ctx: Any, fn: Callable[[], Any]) -> Any:
+        """Run a read of committed state now, or once the shard is free."""
+        if self._free(ctx):
+            return fn()
+
+        async def waiting() -> Any:
+            async with self._lock:
+                return fn()
+
+        return self._later(ctx, waiting())
+
+    async def write_async(self, req: Any) -> Any:
+        """A write from a caller that is not a request handler (group configs)."""
+        fut = self.write(None, req, lambda r: r, lambda code, msg: _Failed(code, msg))
+        return await fut if isinstance(fut, asyncio.Future) else fut
+
+    # --- timers ------------------------------------------------------------------------------
+
+    def _maybe_wake_timers(self) -> None:
+        deadline = self.shard.next_deadline()
+        if deadline is not None and (self._sleep_until is None or deadline < self._sleep_until):
+            self._wake.set()
+
+    async def _timer_loop(self) -> None:
+        """Sleep until the shard's next deadline (or an earlier one is scheduled), then expire."""
+        while True:
+            async with self._lock:
+                deadline = self.shard.next_deadline()
+            self._sleep_until = deadline
+            self._wake.clear()
+            timeout = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+            async with self._lock:
+                now = now_ms()
+                deadline = self.shard.next_deadline()
+                if deadline is None or deadline > now:
+                    continue
+                self._prepare()
+                result = self.shard.expire(now)
+                try:
+                    entry = self._persist(result)
+                except AppendFailed:
+                    continue  # reverted, and the timers re-armed
+            if entry is not None and not await asyncio.shield(entry.durable):
+                log.warning("records of expired timers %s were lost; the timers were re-armed", result.response)
+
+    # --- ConsumerGroupHeartbeat (68) ---------------------------------------------------------
+
+    def consumer_group_heartbeat(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        resp_type = req.codec.response_type
+        encoder = self._hb.get(req.version)
+        if encoder is None:
+            encoder = self._hb[req.version] = wire.HeartbeatEncoder(resp_type)
+        if not self.loaded:
+            return wire.heartbeat_error(resp_type, Errors.COORDINATOR_LOAD_IN_PROGRESS, "the group coordinator is loading")
+        peer = ctx.peer
+        request = wire.heartbeat_request(req.body, req.version, req.client_id or "",
+                                         "/" + peer[0] if isinstance(peer, tuple) else "")
+        return self.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
+
+    # --- ConsumerGroupDescribe (69) ----------------------------------------------------------
+
+    def consumer_group_describe(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        body, resp = req.body, req.codec.response_type
+        if not self.loaded:
+            return wire.consumer_group_describe_error(resp, tuple(body.group_ids), Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                                                      "the group coordinator is loading")
+        request = rq.ConsumerGroupDescribeRequest(tuple(body.group_ids), body.include_authorized_operations)
+        return self.read(ctx, lambda: wire.consumer_group_describe_response(
+            resp, self.shard.describe_groups(request), body.include_authorized_operations))
+
+    # --- ListGroups (16) / DescribeGroups (15) -------------------------------------------------
+
+    def list_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        body, resp = req.body, req.codec.response_type
+        if not self.loaded:
+            return wire.list_groups_response(resp, rq.ListGroupsResponse((), Errors.COORDINATOR_LOAD_IN_PROGRESS))
+        request = rq.ListGroupsRequest(tuple(getattr(body, "states_filter", ())), tuple(getattr(body, "types_filter", ())))
+        return self.read(ctx, lambda: wire.list_groups_response(resp, self.shard.list_groups(request)))
+
+    def describe_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        """The classic API: cohort has no classic groups yet, so, as Kafka 4.0 answers for a
+        consumer group or an unknown id (v0-5), the state is "Dead"; a group holding only offsets
+        (a "simple" group) is "Empty"."""
+        body, resp = req.body, req.codec.response_type
+        ops = getattr(body, "include_authorized_operations", False)
+        if not self.loaded:
+            return wire.describe_groups_response(
+                resp, [(g, Errors.COORDINATOR_LOAD_IN_PROGRESS, "", "") for g in body.groups], False)
+
+        def describe() -> Any:
+            entries = []
+            for gid in body.groups:
+                if not gid or not gid.strip():
+                    entries.append((gid, Errors.INVALID_GROUP_ID, "", ""))
+                    continue
+                view = self.shard.committed_state(gid)
+                simple = gid not in view.groups and gid in view.offsets
+                entries.append((gid, 0, "Empty" if simple else "Dead", ""))
+            return wire.describe_groups_response(resp, entries, ops)
+
+        return self.read(ctx, describe)
+
+    # --- DeleteGroups (42) -------------------------------------------------------------------
+
+    def delete_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        names, resp = tuple(req.body.groups_names), req.codec.response_type
+
+        def fail(code: int, _: str) -> Any:
+            return wire.delete_groups_response(resp, [(g, code) for g in names])
+
+        if not self.loaded:
+            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+        return self.write(ctx, rq.DeleteGroupsRequest(names), lambda r: wire.delete_groups_response(
+            resp, [(d.group_id, d.error_code) for d in r.results]), fail)
+
+    # --- OffsetCommit (8) --------------------------------------------------------------------
+
+    def offset_commit(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        body, version, resp = req.body, req.version, req.codec.response_type
+        request, rejected = wire.offset_commit_request(body, version, self.names)
+
+        def answer(r: rq.OffsetCommitResponse) -> Any:
+            return wire.offset_commit_response(resp, body, version, self.names, wire.commit_codes(r), rejected)
+
+        def fail(code: int, _: str) -> Any:
+            return wire.offset_commit_response(resp, body, version, self.names, {}, {
+                (t.topic_id if version >= 10 else t.name, p.partition_index): code for t in body.topics for p in t.partitions})
+
+        if not self.loaded:
+            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+        if rejected and not request.topics:
+            return answer(rq.OffsetCommitResponse(()))
+        return self.write(ctx, request, answer, fail)
+
+    # --- OffsetFetch (9) ---------------------------------------------------------------------
+
+    def offset_fetch(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        version, resp = req.version, req.codec.response_type
+        groups = wire.offset_fetch_groups(req.body, version, self.names)
+
+        def names_to_ids(name: str) -> Any:
+            topic = self.broker.topics.get(name)
+            return None if topic is None else topic.id
+
+        if not self.loaded:
+            loading = [(ids, rq.OffsetFetchResponse(r.group_id, (), Errors.COORDINATOR_LOAD_IN_PROGRESS))
+                       for r, ids in groups]
+            if version < 2:  # no group-level error: every partition carries it
+                r = groups[0][0]
+                loading = [({}, rq.OffsetFetchResponse(r.group_id, tuple(
+                    rq.FetchedTopic(t.name, tuple(rq.FetchedPartition(p, error_code=Errors.COORDINATOR_LOAD_IN_PROGRESS)
+                                                  for p in t.partitions)) for t in r.topics or ())))]
+            return wire.offset_fetch_response(resp, version, loading, names_to_ids)
+        return self.read(ctx, lambda: wire.offset_fetch_response(
+            resp, version, [(ids, self.shard.fetch_offsets(r)) for r, ids in groups], names_to_ids))
+
+    # --- OffsetDelete (47) -------------------------------------------------------------------
+
+    def offset_delete(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        resp = req.codec.response_type
+
+        def fail(code: int, message: str) -> Any:
+            return wire.offset_delete_response(resp, rq.OffsetDeleteResponse((), code, message))
+
+        if not self.loaded:
+            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+        return self.write(ctx, wire.offset_delete_request(req.body),
+                          lambda r: wire.offset_delete_response(resp, r), fail)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    code: int
+    message: str
+
+
+class GroupConfigs:
+    """Dynamic group configs (DescribeConfigs / IncrementalAlterConfigs, resource type GROUP)."""
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def _check(self, name: str) -> None:
+        if not self.coordinator.loaded:
+            raise BrokerError(Errors.COORDINATOR_LOAD_IN_PROGRESS, "the group coordinator is loading")
+        if not name or not name.strip():
+            raise BrokerError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
+
+    def describe(self, name: str) -> list[ConfigEntry]:
+        self._check(name)
+        c = self.coordinator
+        if c._lock.locked():
+            # the shard is in use on the worker thread; DescribeConfigs cannot wait, so retry
+            raise BrokerError(Errors.COORDINATOR_NOT_AVAILABLE, "the group coordinator is busy; retry")
+        found = c.shard.describe_group_config(rq.DescribeGroupConfigRequest(name))
+        return [ConfigEntry(e.name, e.value, DEFAULT_CONFIG if e.is_default else GROUP_CONFIG,
+                            documentation=GROUP_CONFIG_DOCS.get(e.name)) for e in found.configs]
+
+    async def alter(self, name: str, ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
+        self._check(name)
+        configs: dict[str, str | None] = {}
+        for key, op, value in ops:
+            if op == SET:
+                if value is None:
+                    raise BrokerError(Errors.INVALID_CONFIG, f"SET of {key} needs a value")
+                configs[key] = value
+            elif op == DELETE:
+                configs[key] = None
+            elif op in (APPEND, SUBTRACT):
+                raise BrokerError(Errors.INVALID_CONFIG, f"{key} is not a list config; APPEND/SUBTRACT do not apply")
+            else:
+                raise BrokerError(Errors.INVALID_REQUEST, f"unknown config operation {op}")
+        result = await self.coordinator.write_async(rq.AlterGroupConfigRequest(name, configs, False, validate_only))
+        if isinstance(result, _Failed):
+            raise BrokerError(result.code, result.message)
+        if result.error_code:
+            raise BrokerError(result.error_code, result.error_message or ErrorCode(result.error_code).name)
