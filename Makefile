@@ -9,13 +9,13 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fast]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fast,pipeline]'
 	@touch $(STAMP)
 
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/cohort assign --assignor lag examples/lag-example.json
+	$(BIN)/cohort serve
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from cohort import __version__
+from cohort.pipeline import cli as pipeline_cli
 from cohort.server import cli as serve_cli
 
 EXIT_USAGE = 2
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     assign.set_defaults(func=_cmd_assign)
 
     serve_cli.add_parser(sub)
+    pipeline_cli.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,155 @@
+"""Benchmark of the Spark pipeline: `evaluate` throughput per assignor, and lag aggregation vs DuckDB.
+
+    python bench/pipeline.py                        # 1,000,000 groups, 10,000,000 partition samples
+    python bench/pipeline.py --groups 100000 --agg-rows 2000000   # a quicker run
+
+1. Simulate GROUPS groups (20 partitions each, --samples samples) with `cohort pipeline simulate`'s code.
+2. For each assignor alone, then all together: the scoring stage of `evaluate` (read Parquet,
+   shuffle by group, sort, mapInArrow running the assignor, write the scores as Parquet), timed,
+   as groups/s (group samples per second when --samples > 1). Then the whole `evaluate` job once.
+3. Lag aggregation over AGG_ROWS partition samples (a simulated fleet with one sample): per group
+   and sample, total lag, max partition lag and partition count, and per member the total lag.
+   Spark (the same session) beside DuckDB (threads = Spark's cores) on the same Parquet files; the
+   checksums must agree. Best of --repeat warm runs; the first (cold) run is reported too.
+
+Everything is written under --work (default: a temporary directory, removed afterwards).
+DuckDB comes from the `bench` extra; the pipeline itself does not use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _timed(fn, repeat=1):
+    times, value = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        value = fn()
+        times.append(time.perf_counter() - start)
+    return times, value
+
+
+def bench_evaluate(spark, work: Path, groups: int, samples: int, partitions: int, names: list[str]) -> dict:
+    from cohort.pipeline import evaluate
+    from cohort.pipeline.fleet import FleetParams
+    from cohort.pipeline.simulate import write_fleet
+
+    fleet = work / "fleet"
+    (sim_t,), _ = _timed(lambda: write_fleet(spark, fleet, groups, FleetParams(samples=samples, partitions=partitions)))
+    print(f"simulate: {groups:,} groups x {samples} samples x {partitions} partitions in {sim_t:.1f} s", flush=True)
+    p, m = evaluate.load_samples(spark, str(fleet))
+    results = {"simulate_s": sim_t, "assignors": {}}
+    group_samples = groups * samples
+    for run in [[n] for n in names] + ([names] if len(names) > 1 else []):
+        label = ",".join(run)
+        out = work / f"scores-{label}"
+        (t,), _ = _timed(lambda: evaluate.score(spark, p, m, run).write.mode("overwrite").parquet(str(out)))
+        rate = group_samples / t
+        results["assignors"][label] = {"seconds": t, "group_samples_per_s": rate}
+        print(f"evaluate scoring [{label}]: {t:.1f} s, {rate:,.0f} group samples/s", flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+    (t,), facts = _timed(lambda: evaluate.run(spark, str(fleet), work / "evaluation", names))
+    results["evaluate_job_s"] = t
+    print(f"evaluate job [{','.join(names)}] (scores, summaries, report): {t:.1f} s; winner {facts['winner']}", flush=True)
+    shutil.rmtree(fleet, ignore_errors=True)
+    shutil.rmtree(work / "evaluation", ignore_errors=True)
+    return results
+
+
+AGG_SQL = """
+SELECT count(*) AS n, sum(total) AS total, sum(peak) AS peaks, sum(parts) AS parts FROM (
+  SELECT group_id, sample_seq, sum(coalesce(lag, 0)) AS total, max(lag) AS peak, count(*) AS parts
+  FROM {src} GROUP BY group_id, sample_seq
+) g
+"""
+MEMBER_SQL = """
+SELECT count(*) AS n, sum(total) AS total FROM (
+  SELECT group_id, sample_seq, member_id, sum(coalesce(lag, 0)) AS total
+  FROM {src} GROUP BY group_id, sample_seq, member_id
+) m
+"""
+
+
+def bench_aggregation(spark, work: Path, rows: int, partitions: int, cores: int, repeat: int) -> dict:
+    import duckdb
+
+    from cohort.pipeline.fleet import FleetParams
+    from cohort.pipeline.simulate import write_fleet
+
+    groups = rows // partitions
+    fleet = work / "agg"
+    write_fleet(spark, fleet, groups, FleetParams(samples=1, partitions=partitions))
+    path = str(fleet / "partitions")
+    spark.read.parquet(path).createOrReplaceTempView("lag_samples")
+    results = {"rows": groups * partitions}
+    for name, sql in (("group", AGG_SQL), ("member", MEMBER_SQL)):
+        spark_times, spark_row = _timed(lambda: spark.sql(sql.format(src="lag_samples")).collect()[0], repeat + 1)
+        con = duckdb.connect()
+        con.execute(f"SET threads = {cores}")
+        src = f"read_parquet('{path}/**/*.parquet', hive_partitioning = true)"
+        duck_times, duck_row = _timed(lambda: con.execute(sql.format(src=src)).fetchone(), repeat + 1)
+        con.close()
+        assert tuple(spark_row) == tuple(duck_row), (spark_row, duck_row)
+        results[name] = {
+            "spark_cold_s": spark_times[0], "spark_best_s": min(spark_times[1:]),
+            "duckdb_cold_s": duck_times[0], "duckdb_best_s": min(duck_times[1:]),
+            "checksum": list(spark_row),
+        }
+        print(f"aggregation per {name} over {groups * partitions:,} partition samples: "
+              f"Spark {min(spark_times[1:]):.2f} s (cold {spark_times[0]:.2f} s), "
+              f"DuckDB {min(duck_times[1:]):.2f} s (cold {duck_times[0]:.2f} s); checksums equal", flush=True)
+    shutil.rmtree(fleet, ignore_errors=True)
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--groups", type=int, default=1_000_000)
+    parser.add_argument("--samples", type=int, default=1)
+    parser.add_argument("--partitions", type=int, default=20)
+    parser.add_argument("--assignors", default="uniform,range,lag")
+    parser.add_argument("--agg-rows", type=int, default=10_000_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--work", default=None, help="scratch directory (default: a temp dir, removed)")
+    parser.add_argument("--skip-evaluate", action="store_true")
+    parser.add_argument("--skip-aggregation", action="store_true")
+    args = parser.parse_args(argv)
+
+    from cohort.pipeline.session import local_cores, spark_session
+
+    own_work = args.work is None
+    work = Path(tempfile.mkdtemp(prefix="cohort-bench-pipeline-") if own_work else args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    cores = local_cores(args.master)
+    results = {"master": args.master, "groups": args.groups, "samples": args.samples, "partitions": args.partitions,
+               "cpu_count": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
+    try:
+        started = time.perf_counter()
+        with spark_session(work, master=args.master, app_name="cohort-bench-pipeline",
+                           driver_memory=args.driver_memory) as spark:
+            results["session_start_s"] = time.perf_counter() - started
+            if not args.skip_evaluate:
+                names = [n for n in args.assignors.split(",") if n]
+                results["evaluate"] = bench_evaluate(spark, work, args.groups, args.samples, args.partitions, names)
+            if not args.skip_aggregation:
+                results["aggregation"] = bench_aggregation(spark, work, args.agg_rows, args.partitions, cores, args.repeat)
+        results["load_avg_at_end"] = os.getloadavg()
+        print(json.dumps(results))
+    finally:
+        if own_work:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""`cohort pipeline evaluate`: which assignor would serve each group best, on recorded lag samples.
+
+Rows of both sample tables are shuffled by group and sorted, then `mapInArrow` hands whole groups
+to `cohort.pipeline.scoring`, which runs the assignors (the same code the broker runs) and scores
+them. The scores are written first and the summaries read them back, so the assignors run once.
+Runnable as `spark-submit src/cohort/pipeline/evaluate.py --samples DIR --out DIR`.
+
+Outputs under OUT: `scores/` (group, sample, assignor), `group_summary/` (group, assignor),
+`group_winners/` (group), `overall/` (assignor), `report.md` and `charts/*.png`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from cohort.pipeline import layout
+from cohort.pipeline.scoring import EVAL_ORDER, EVAL_SCHEMA, MEMBER_ROW, PARTITION_ROW, SCORE_SCHEMA
+
+DEFAULT_ASSIGNORS = ("uniform", "range", "lag")
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+class SamplesError(Exception):
+    """The samples directory is not in the lag-sample layout."""
+
+
+def _score_fn(names: tuple[str, ...]):
+    def score(batches):
+        from cohort import assignors
+        from cohort.pipeline.scoring import score_batches
+
+        yield from score_batches(batches, [assignors.get(name) for name in names])
+
+    return score
+
+
+def load_samples(spark, samples: str):
+    """The (partitions, members) DataFrames of a samples directory, checked against the layout."""
+    from pyspark.errors import AnalysisException
+
+    frames = []
+    for table, schema in ((layout.PARTITIONS_TABLE, layout.PARTITION_SCHEMA), (layout.MEMBERS_TABLE, layout.MEMBER_SCHEMA)):
+        path = f"{samples.rstrip('/')}/{table}"
+        try:
+            df = spark.read.parquet(path)
+        except AnalysisException:
+            raise SamplesError(f"{path}: no Parquet lag samples there (see docs/pipeline.md)") from None
+        missing = sorted(set(schema.names) - set(df.columns))
+        if missing:
+            raise SamplesError(f"{path}: not a {table} table of lag samples, missing columns {', '.join(missing)}")
+        frames.append(df)
+    return frames[0], frames[1]
+
+
+def evaluation_rows(partitions, members):
+    """Both tables as one frame of `EVAL_SCHEMA` rows (kind 0: member, kind 1: partition)."""
+    from pyspark.sql import functions as F
+
+    def null(name):
+        return F.lit(None).cast(layout.spark_schema(EVAL_SCHEMA)[name].dataType).alias(name)
+
+    p = partitions.select(
+        "group_id", "sample_seq", "sample_time", F.lit(PARTITION_ROW).cast("byte").alias("kind"),
+        "member_id", "topic", F.col("partition").cast("int").alias("partition"), "lag",
+        null("rack"), null("instance_id"), null("subscribed_topics"), "replica_racks",
+    )
+    m = members.select(
+        "group_id", "sample_seq", "sample_time", F.lit(MEMBER_ROW).cast("byte").alias("kind"),
+        "member_id", null("topic"), null("partition"), null("lag"),
+        "rack", "instance_id", "subscribed_topics", null("replica_racks"),
+    )
+    return p.unionByName(m)
+
+
+def score(spark, partitions, members, assignor_names, num_partitions: int | None = None):
+    """The per (group, sample, assignor) scores DataFrame (lazy)."""
+    from pyspark.sql import functions as F
+
+    rows = evaluation_rows(partitions, members)
+    n = num_partitions or max(
+        2 * spark.sparkContext.defaultParallelism,
+        partitions.rdd.getNumPartitions() + members.rdd.getNumPartitions(),
+    )
+    # Sorting by a hash of the group id first gives the sorter an 8-byte prefix that tells groups
+    # apart (group ids often share their first 8 bytes); groups stay contiguous either way.
+    grouped = rows.repartition(n, "group_id").sortWithinPartitions(F.xxhash64("group_id"), *EVAL_ORDER)
+    return grouped.mapInArrow(_score_fn(tuple(assignor_names)), layout.spark_schema(SCORE_SCHEMA))
+
+
+def group_summary(scores):
+    """One row per (group, assignor): averages over the group's samples, its rank, and whether it wins.
+
+    A group's winner has the lowest average max member lag; ties go to fewer moves, then lower skew.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    per_group = scores.groupBy("group_id", "assignor").agg(
+        F.count("*").alias("samples"),
+        F.count("max_member_lag").alias("scored_samples"),
+        F.avg("max_member_lag").alias("avg_max_member_lag"),
+        F.max("max_member_lag").alias("worst_max_member_lag"),
+        F.avg("mean_member_lag").alias("avg_mean_member_lag"),
+        F.avg("partition_skew").alias("avg_partition_skew"),
+        F.sum("moved").alias("moved"),
+        F.avg("rack_local_fraction").alias("avg_rack_local_fraction"),
+        F.count("error").alias("errors"),
+    )
+    rank = Window.partitionBy("group_id").orderBy(
+        F.col("avg_max_member_lag").asc_nulls_last(), F.col("moved").asc_nulls_last(),
+        F.col("avg_partition_skew").asc_nulls_last(), "assignor",
+    )
+    ranked = per_group.withColumn("rank", F.row_number().over(rank))
+    return ranked.withColumn("wins", F.col("rank") == 1)
+
+
+def group_winners(summary):
+    """One row per group: the winner, the runner-up, and the winner's margin on average max member lag."""
+    from pyspark.sql import functions as F
+
+    best = summary.where("rank = 1").select(
+        "group_id", F.col("assignor").alias("winner"), F.col("avg_max_member_lag").alias("winner_max_member_lag"),
+        F.col("moved").alias("winner_moved"),
+    )
+    second = summary.where("rank = 2").select(
+        "group_id", F.col("assignor").alias("runner_up"), F.col("avg_max_member_lag").alias("runner_up_max_member_lag"),
+    )
+    return (
+        best.join(second, "group_id", "left")
+        .withColumn(
+            "margin",
+            F.when(F.col("runner_up_max_member_lag") > 0,
+                   1 - F.col("winner_max_member_lag") / F.col("runner_up_max_member_lag")).otherwise(F.lit(0.0)),
+        )
+        .withColumn("tie", F.coalesce(F.col("winner_max_member_lag") == F.col("runner_up_max_member_lag"), F.lit(False)))
+    )
+
+
+def overall(scores, winners):
+    """One row per assignor: fleet-wide averages and quantiles, moves, errors and groups won."""
+    from pyspark.sql import functions as F
+
+    wins = winners.groupBy(F.col("winner").alias("assignor")).agg(
+        F.count("*").alias("groups_won"),
+        F.sum(F.when(~F.col("tie"), 1).otherwise(0)).alias("groups_won_outright"),
+        F.avg(F.when(~F.col("tie"), F.col("margin"))).alias("avg_margin_when_won"),
+    )
+    stats = scores.groupBy("assignor").agg(
+        F.count("max_member_lag").alias("group_samples"),
+        F.avg("max_member_lag").alias("avg_max_member_lag"),
+        F.percentile_approx("max_member_lag", list(QUANTILES)).alias("max_member_lag_quantiles"),
+        F.avg("mean_member_lag").alias("avg_mean_member_lag"),
+        F.avg("partition_skew").alias("avg_partition_skew"),
+        F.max("partition_skew").alias("max_partition_skew"),
+        F.sum("moved").alias("moved"),
+        F.avg("moved").alias("avg_moved"),
+        F.avg("rack_local_fraction").alias("avg_rack_local_fraction"),
+        F.count("error").alias("errors"),
+    )
+    return (
+        stats.join(wins, "assignor", "left")
+        .fillna({"groups_won": 0, "groups_won_outright": 0})
+        .orderBy("assignor")
+    )
+
+
+def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, num_partitions=None) -> dict:
+    """Score, summarise, write every table and the report under `out`; returns the report's facts.
+
+    Each table is written, then read back for the next, so no step recomputes the one before.
+    """
+    from cohort.pipeline import report
+
+    out = Path(out)
+
+    def written(df, name, files=None):
+        (df.coalesce(files) if files else df).write.mode("overwrite").parquet(str(out / name))
+        return spark.read.parquet(str(out / name))
+
+    partitions, members = load_samples(spark, samples)
+    scores = written(score(spark, partitions, members, assignor_names, num_partitions), "scores")
+    summary = written(group_summary(scores), "group_summary")
+    winners = written(group_winners(summary), "group_winners")
+    totals = written(overall(scores, winners), "overall", files=1)
+    return report.write_report(spark, out, list(assignor_names), scores, winners, totals)
+
+
+def main(argv=None) -> int:
+    from cohort.pipeline.cli import run_job
+
+    return run_job("evaluate", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

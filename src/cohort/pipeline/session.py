@@ -1,0 +1,155 @@
+"""A quiet SparkSession whose scratch space lives inside the job's output directory.
+
+Everything Spark and the JVM would write elsewhere (shuffle and block-manager dirs, the
+warehouse, java.io.tmpdir, hsperfdata, Python temp files, matplotlib's font cache) goes under
+OUT/_spark, which is removed when the job ends; a killed job leaves it inside OUT and nowhere else. Under spark-submit the JVM
+already exists, so only the SQL settings and matplotlib's cache dir apply; the cluster manager
+owns Spark's scratch space.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+SCRATCH = "_spark"
+
+LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.pgs.name = org.apache.spark.api.python.PythonGatewayServer
+logger.pgs.level = error
+"""
+
+# PySpark 4 logs every converted exception as a multi-KB JSON record, even when it is caught.
+_NOISY_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit started this process (it hands us its gateway)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def local_cores(master: str) -> int:
+    """Cores a local master uses (local, local[N], local[*], local[N,F]); the machine's count otherwise."""
+    cpus = os.cpu_count() or 2
+    if master == "local":
+        return 1
+    if master.startswith("local["):
+        n = master[len("local["):].split(",")[0].rstrip("]")
+        return cpus if n == "*" else max(1, int(n)) if n.isdigit() else cpus
+    return cpus
+
+
+def _jvm_options(scratch: Path) -> str:
+    log4j = scratch / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+    return " ".join(
+        [
+            f"-Dlog4j2.configurationFile=file:{log4j}",
+            f"-Djava.io.tmpdir={scratch / 'jvm-tmp'}",
+            "-XX:-UsePerfData",
+        ]
+    )
+
+
+@contextlib.contextmanager
+def spark_session(
+    out: str | os.PathLike,
+    *,
+    master: str | None = "local[*]",
+    app_name: str = "cohort-pipeline",
+    driver_memory: str = "2g",
+    shuffle_partitions: int | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> Iterator:
+    """Start (or join, under spark-submit) a session for a job writing to `out`; stop it afterwards."""
+    from pyspark.sql import SparkSession
+
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    out = Path(out)
+    scratch = out / SCRATCH
+    submitted = under_spark_submit()
+    saved_env = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "TMPDIR", "MPLCONFIGDIR")}
+    saved_tempdir = tempfile.tempdir
+    builder = SparkSession.builder.appName(app_name)
+    local = not submitted and (master or "local").startswith("local")
+    os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")  # its font cache, built by the report
+    if not submitted:
+        (scratch / "jvm-tmp").mkdir(parents=True, exist_ok=True)
+        (scratch / "local").mkdir(exist_ok=True)
+        (scratch / "py-tmp").mkdir(exist_ok=True)
+        if local:
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ["SPARK_LOCAL_DIRS"] = str(scratch / "local")
+        os.environ["TMPDIR"] = str(scratch / "py-tmp")
+        tempfile.tempdir = str(scratch / "py-tmp")
+        builder = (
+            builder.master(master or "local[*]")
+            .config("spark.driver.memory", driver_memory)
+            .config("spark.driver.extraJavaOptions", _jvm_options(scratch))
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
+        )
+        if local:  # executors live in this JVM and nobody else connects; a cluster needs neither setting
+            builder = (
+                builder.config("spark.executor.extraJavaOptions", f"-Djava.io.tmpdir={scratch / 'jvm-tmp'}")
+                .config("spark.driver.bindAddress", "127.0.0.1")
+                .config("spark.driver.host", "127.0.0.1")
+            )
+    elif master:
+        builder = builder.master(master)
+    builder = (
+        builder.config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if shuffle_partitions is None and local:
+        shuffle_partitions = 2 * local_cores(master or "local[*]")
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        if not submitted:
+            session.stop()
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        tempfile.tempdir = saved_tempdir
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def spark_error_line(error: BaseException) -> str | None:
+    """One line describing a Spark/JVM failure, or None when `error` is not one (a bug to surface)."""
+    try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+    except ImportError:
+        return None
+    if not isinstance(error, (PySparkException, Py4JError)):
+        return None
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:500]

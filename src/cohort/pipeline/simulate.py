@@ -1,0 +1,74 @@
+"""`cohort pipeline simulate`: write a synthetic fleet's lag samples in the layout `lag` writes.
+
+Spark only distributes group indices; each task turns its indices into Arrow tables with numpy
+(`cohort.pipeline.fleet.generate`), so no Python code runs per row. Runnable as
+`spark-submit src/cohort/pipeline/simulate.py --groups N --out DIR`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from cohort.pipeline import layout
+from cohort.pipeline.fleet import FleetParams, generate
+
+ROWS_PER_TASK = 4_000_000
+
+
+def _generator(params: FleetParams, which: int):
+    def gen(batches):
+        for batch in batches:
+            ids = batch.column(0).to_numpy(zero_copy_only=False)
+            if len(ids):
+                yield from generate(ids, params)[which].to_batches(max_chunksize=1 << 17)
+
+    return gen
+
+
+def _with_layout_columns(df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn("date", F.to_date("sample_time")).withColumn("group_bucket", layout.bucket_column())
+
+
+def fleet_frames(spark, groups: int, params: FleetParams, tasks: int | None = None):
+    """The (partitions, members) DataFrames of a fleet of `groups` groups, with the layout's partition columns."""
+    if tasks is None:
+        rows = groups * params.samples * max(params.partitions, 1)
+        tasks = max(spark.sparkContext.defaultParallelism, math.ceil(rows / ROWS_PER_TASK))
+    tasks = max(1, min(tasks, groups))
+    ids = spark.range(0, groups, 1, numPartitions=tasks)
+    frames = []
+    for which, schema in enumerate((layout.PARTITION_SCHEMA, layout.MEMBER_SCHEMA)):
+        df = ids.mapInArrow(_generator(params, which), layout.spark_schema(schema))
+        frames.append(_with_layout_columns(df))
+    return frames[0], frames[1]
+
+
+def write_fleet(spark, out: str | Path, groups: int, params: FleetParams, tasks: int | None = None) -> dict:
+    """Generate and write a fleet under `out` (overwriting its two tables); returns row counts."""
+    partitions, members = fleet_frames(spark, groups, params, tasks)
+    out = str(out).rstrip("/")
+    for name, df, order in (
+        (layout.PARTITIONS_TABLE, partitions, ("group_id", "sample_seq", "topic", "partition")),
+        (layout.MEMBERS_TABLE, members, ("group_id", "sample_seq", "member_id")),
+    ):
+        (
+            df.sortWithinPartitions(*layout.PARTITION_COLUMNS, *order)
+            .write.mode("overwrite")
+            .partitionBy(*layout.PARTITION_COLUMNS)
+            .parquet(f"{out}/{name}")
+        )
+    return {"groups": groups, "samples": params.samples}
+
+
+def main(argv=None) -> int:
+    from cohort.pipeline.cli import run_job
+
+    return run_job("simulate", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""`cohort pipeline` argument handling: bad input is one line on stderr and exit 2, before Spark starts."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from cohort.pipeline import cli
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "cohort.pipeline.cli", *args],
+        capture_output=True, text=True, timeout=60, cwd=cwd,
+    )
+
+
+@pytest.fixture()
+def samples_dir(tmp_path):
+    (tmp_path / "partitions").mkdir()
+    (tmp_path / "members").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["simulate", "--groups", "0", "--out", "OUT"], "argument --groups: expected a positive integer, got '0'"),
+        (["simulate", "--groups", "many", "--out", "OUT"], "argument --groups: expected a positive integer, got 'many'"),
+        (["simulate", "--groups", "5"], "the following arguments are required: --out"),
+        (["simulate", "--groups", "5", "--out", "OUT", "--churn", "1.5"], "argument --churn: expected a number from 0 to 1, got '1.5'"),
+        (["simulate", "--groups", "5", "--out", "OUT", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+        (["evaluate", "--out", "OUT"], "the following arguments are required: --samples"),
+        (["explode"], "argument JOB: invalid choice: 'explode'"),
+        ([], "the following arguments are required: JOB"),
+    ],
+)
+def test_bad_arguments(tmp_path, args, message):
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("cohort pipeline") and message in lines[0]
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even OUT
+
+
+def test_missing_samples_directory(tmp_path):
+    result = run_cli("evaluate", "--samples", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip() == f"cohort pipeline evaluate: error: --samples {tmp_path / 'nope'}: no such directory"
+    assert not (tmp_path / "out").exists()
+
+
+def test_samples_directory_without_tables(tmp_path):
+    (tmp_path / "partitions").mkdir()
+    result = run_cli("evaluate", "--samples", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("not a lag-sample directory (no members/ table)")
+
+
+def test_unknown_assignor_lists_the_known_ones(samples_dir):
+    result = run_cli("evaluate", "--samples", str(samples_dir), "--out", str(samples_dir / "o"), "--assignors", "range,nope")
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert "--assignors: unknown assignor 'nope'" in line and "lag" in line and "uniform" in line
+    assert "\n" not in line
+
+
+def test_repeated_assignor(samples_dir):
+    result = run_cli("evaluate", "--samples", str(samples_dir), "--out", str(samples_dir / "o"), "--assignors", "lag,lag")
+    assert result.returncode == 2 and "names an assignor twice" in result.stderr
+
+
+def test_out_that_is_a_file(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("keep me")
+    result = run_cli("simulate", "--groups", "3", "--out", str(target))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"cohort pipeline simulate: error: --out {target}: exists and is not a directory"
+    assert target.read_text() == "keep me"
+
+
+def test_out_equal_to_samples(samples_dir):
+    result = run_cli("evaluate", "--samples", str(samples_dir), "--out", str(samples_dir))
+    assert result.returncode == 2 and result.stderr.strip().endswith("--out must differ from --samples")
+
+
+def test_add_parser_plugs_into_a_parent_command(samples_dir, capsys):
+    parent = argparse.ArgumentParser(prog="cohort")
+    sub = parent.add_subparsers(dest="command", required=True)
+    cli.add_parser(sub)
+    args = parent.parse_args(["pipeline", "evaluate", "--samples", str(samples_dir), "--out", str(samples_dir / "o"),
+                              "--assignors", "nope"])
+    assert args.func(args) == 2
+    assert "cohort pipeline evaluate: error: --assignors: unknown assignor 'nope'" in capsys.readouterr().err
+    args = parent.parse_args(["pipeline", "simulate", "--groups", "10", "--out", "x"])
+    assert (args.groups, args.samples, args.seed, args.partitions, args.master) == (10, 3, 0, 20, None)
+    with pytest.raises(SystemExit) as exit_info:
+        parent.parse_args(["pipeline", "simulate", "--groups", "-1", "--out", "x"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "cohort pipeline simulate: error: argument --groups: expected a positive integer, got '-1'"
+    )

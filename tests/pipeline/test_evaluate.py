@@ -1,0 +1,83 @@
+"""`evaluate` on a simulated fleet: tables, the lag-vs-range verdict, and the report."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import functions as F
+
+ASSIGNORS = ("uniform", "range", "lag")
+
+
+@pytest.fixture(scope="module")
+def evaluated(evaluation):
+    """The CLI run's output directory and its headline facts, read from the `overall` table."""
+    overall = pq.read_table(evaluation.out / "overall").to_pylist()
+    ranking = sorted(overall, key=lambda r: r["avg_max_member_lag"])
+    facts = {
+        "winner": ranking[0]["assignor"],
+        "runner_up": ranking[1]["assignor"],
+        "margin": 1 - ranking[0]["avg_max_member_lag"] / ranking[1]["avg_max_member_lag"],
+        "stdout": evaluation.stdout,
+    }
+    return evaluation.out, facts
+
+
+def test_scores_cover_every_group_sample_and_assignor(spark, fleet, evaluated):
+    out, _ = evaluated
+    scores = spark.read.parquet(str(out / "scores"))
+    assert scores.count() == fleet.groups * fleet.samples * len(ASSIGNORS)
+    assert scores.where(F.col("error").isNotNull()).count() == 0
+    assert scores.where(F.col("unassigned") != 0).count() == 0
+    # every assignor sees the same total lag, and it is the samples' own sum
+    totals = scores.groupBy("assignor").agg(F.sum("total_lag").alias("t")).collect()
+    assert len({r.t for r in totals}) == 1
+
+
+def test_total_lag_matches_the_partition_table(spark, fleet, evaluated):
+    out, _ = evaluated
+    want = spark.read.parquet(str(fleet.dir / "partitions")).agg(F.sum(F.coalesce("lag", F.lit(0)))).first()[0]
+    got = spark.read.parquet(str(out / "scores")).where("assignor = 'lag'").agg(F.sum("total_lag")).first()[0]
+    assert got == want
+
+
+def test_lag_beats_range_on_max_member_lag(spark, fleet, evaluated):
+    out, facts = evaluated
+    overall = {r.assignor: r for r in spark.read.parquet(str(out / "overall")).collect()}
+    assert set(overall) == set(ASSIGNORS)
+    assert overall["lag"].avg_max_member_lag < overall["range"].avg_max_member_lag
+    assert overall["lag"].groups_won > overall["range"].groups_won
+    # group by group, lag's worst member is never far behind range's, and usually ahead
+    g = spark.read.parquet(str(out / "group_summary"))
+    pivot = g.groupBy("group_id").pivot("assignor", list(ASSIGNORS)).agg(F.first("avg_max_member_lag")).collect()
+    assert len(pivot) == fleet.groups
+    ahead = sum(r["lag"] <= r["range"] for r in pivot)
+    assert ahead > 0.8 * fleet.groups
+    assert facts["winner"] == "lag"
+    assert facts["stdout"].startswith(f"lag wins: average max member lag {100 * facts['margin']:.1f} % below")
+
+
+def test_group_winners_have_the_lowest_average(spark, fleet, evaluated):
+    out, _ = evaluated
+    winners = {r.group_id: r for r in spark.read.parquet(str(out / "group_winners")).collect()}
+    assert len(winners) == fleet.groups
+    summary = spark.read.parquet(str(out / "group_summary")).collect()
+    best = {}
+    for r in summary:
+        best[r.group_id] = min(best.get(r.group_id, float("inf")), r.avg_max_member_lag)
+    for gid, w in winners.items():
+        assert w.winner_max_member_lag == best[gid]
+        assert w.runner_up_max_member_lag >= w.winner_max_member_lag
+        assert 0.0 <= w.margin < 1.0
+
+
+def test_report_names_the_winner_and_has_charts(evaluated):
+    out, facts = evaluated
+    text = (out / "report.md").read_text()
+    assert f"**{facts['winner']}** wins overall" in text
+    assert f"{100 * facts['margin']:.1f} % below the runner-up **{facts['runner_up']}**" in text
+    for chart in ("wins.png", "max_member_lag.png", "moves_skew.png"):
+        data = (out / "charts" / chart).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+        assert f"(charts/{chart})" in text
+    assert "| group-" in text

@@ -1,0 +1,228 @@
+"""Scoring without Spark: hand-built groups whose scores can be worked out on paper."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cohort import assignors
+from cohort.pipeline import layout
+from cohort.pipeline.fleet import FleetParams, generate
+from cohort.pipeline.scoring import eval_rows, score_batches
+
+T0 = dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc)
+
+
+def samples(rows_p, rows_m):
+    """Layout tables from compact tuples.
+
+    rows_p: (group, seq, topic, partition, lag, owner, replica_racks)
+    rows_m: (group, seq, member, topics, rack)
+    """
+    p = pa.table(
+        {
+            "sample_seq": [r[1] for r in rows_p],
+            "sample_time": [T0 + dt.timedelta(seconds=10 * r[1]) for r in rows_p],
+            "group_id": [r[0] for r in rows_p],
+            "group_state": ["Stable"] * len(rows_p),
+            "group_type": ["consumer"] * len(rows_p),
+            "topic": [r[2] for r in rows_p],
+            "partition": [r[3] for r in rows_p],
+            "committed_offset": [None if r[4] is None else 1000 - r[4] for r in rows_p],
+            "start_offset": [0] * len(rows_p),
+            "end_offset": [1000] * len(rows_p),
+            "lag": [r[4] for r in rows_p],
+            "member_id": [r[5] for r in rows_p],
+            "client_id": [None] * len(rows_p),
+            "client_host": [None] * len(rows_p),
+            "replica_racks": [list(r[6]) for r in rows_p],
+        },
+        schema=layout.PARTITION_SCHEMA,
+    )
+    m = pa.table(
+        {
+            "sample_seq": [r[1] for r in rows_m],
+            "sample_time": [T0 + dt.timedelta(seconds=10 * r[1]) for r in rows_m],
+            "group_id": [r[0] for r in rows_m],
+            "member_id": [r[2] for r in rows_m],
+            "instance_id": [None] * len(rows_m),
+            "client_id": [None] * len(rows_m),
+            "client_host": [None] * len(rows_m),
+            "rack": [r[4] for r in rows_m],
+            "subscribed_topics": [list(r[3]) for r in rows_m],
+        },
+        schema=layout.MEMBER_SCHEMA,
+    )
+    return p, m
+
+
+def run(p, m, names, chunk=None):
+    rows = eval_rows(p, m)
+    batches = rows.to_batches(max_chunksize=chunk) if chunk else rows.to_batches()
+    found = [assignors.get(n) if isinstance(n, str) else n for n in names]
+    out = pa.Table.from_batches(list(score_batches(batches, found)))
+    return sorted(out.to_pylist(), key=lambda r: (r["group_id"], r["sample_seq"], r["assignor"]))
+
+
+def by(rows, group, seq, assignor):
+    (row,) = [r for r in rows if r["group_id"] == group and r["sample_seq"] == seq and r["assignor"] == assignor]
+    return row
+
+
+class AllToFirst:
+    """A real (if silly) assignor: every partition to the member with the smallest id."""
+
+    name = "all-to-first"
+
+    def assign(self, spec, topics):
+        first = spec.member_ids()[0]
+        out = {m: {} for m in spec.members}
+        for t in sorted({t for s in spec.members.values() for t in s.subscribed_topic_ids}):
+            n = topics.num_partitions(t)
+            if n > 0:
+                out[first][t] = tuple(range(n))
+        return out
+
+
+def test_range_scores_match_the_hand_computation():
+    lags = [100, 100, 1, 1]
+    p, m = samples(
+        [("g", 0, "t", i, lag, "a", ()) for i, lag in enumerate(lags)],
+        [("g", 0, "a", ["t"], None), ("g", 0, "b", ["t"], None)],
+    )
+    r = by(run(p, m, ["range"]), "g", 0, "range")
+    # range: a gets 0-1 (lag 200), b gets 2-3 (lag 2); before, a owned all four
+    assert (r["members"], r["partitions"], r["unassigned"], r["total_lag"]) == (2, 4, 0, 202)
+    assert (r["max_member_lag"], r["mean_member_lag"]) == (200, 101.0)
+    assert (r["max_member_partitions"], r["min_member_partitions"], r["partition_skew"]) == (2, 2, 0)
+    assert r["moved"] == 2
+    assert r["rack_local_fraction"] is None and r["error"] is None
+
+
+def test_lag_beats_range_on_a_skewed_group():
+    lags = [100, 100, 1, 1]
+    p, m = samples(
+        [("g", 0, "t", i, lag, "a", ()) for i, lag in enumerate(lags)],
+        [("g", 0, "a", ["t"], None), ("g", 0, "b", ["t"], None)],
+    )
+    rows = run(p, m, ["range", "lag"])
+    assert by(rows, "g", 0, "lag")["max_member_lag"] == 101
+    assert by(rows, "g", 0, "range")["max_member_lag"] == 200
+
+
+def test_moves_follow_each_assignors_own_history():
+    # sample 0: a, b; sample 1: c joins. range reshuffles ranges, so partitions move.
+    parts = [(s, i) for s in (0, 1) for i in range(6)]
+    p, m = samples(
+        [("g", s, "t", i, 10, "a" if i < 3 else "b", ()) for s, i in parts],
+        [("g", 0, "a", ["t"], None), ("g", 0, "b", ["t"], None),
+         ("g", 1, "a", ["t"], None), ("g", 1, "b", ["t"], None), ("g", 1, "c", ["t"], None)],
+    )
+    rows = run(p, m, ["range", AllToFirst()])
+    assert by(rows, "g", 0, "range")["moved"] == 0  # range gives a 0-2, b 3-5: what was observed
+    # range with three members: a 0-1, b 2-3, c 4-5 -> partitions 2 (a->b), 4 and 5 (b->c) move
+    assert by(rows, "g", 1, "range")["moved"] == 3
+    assert by(rows, "g", 0, "all-to-first")["moved"] == 3  # b's three partitions go to a
+    assert by(rows, "g", 1, "all-to-first")["moved"] == 0
+    assert by(rows, "g", 1, "all-to-first")["partition_skew"] == 6
+
+
+def test_groups_split_across_batches_score_the_same():
+    p, m = generate(np.arange(40), FleetParams(samples=3, seed=1))
+    whole = run(p, m, ["range", "lag"])
+    for chunk in (7, 64, 501):
+        assert run(p, m, ["range", "lag"], chunk=chunk) == whole
+    assert len(whole) == 40 * 3 * 2
+
+
+def test_total_lag_is_the_sum_of_the_samples_lags():
+    p, m = generate(np.arange(30), FleetParams(samples=2, seed=5))
+    rows = run(p, m, ["uniform"])
+    df = p.to_pandas()
+    expected = df.fillna({"lag": 0}).groupby(["group_id", "sample_seq"])["lag"].sum()
+    for r in rows:
+        assert r["total_lag"] == expected[(r["group_id"], r["sample_seq"])]
+        assert r["unassigned"] == 0
+        assert r["mean_member_lag"] * r["members"] == pytest.approx(r["total_lag"])
+
+
+def test_rack_locality_fraction():
+    p, m = samples(
+        [("g", 0, "t", 0, 5, None, ("r1", "r2")), ("g", 0, "t", 1, 5, None, ("r2", "r3")),
+         ("g", 0, "t", 2, 5, None, ("r1",)), ("g", 0, "t", 3, 5, None, ("r3",))],
+        [("g", 0, "a", ["t"], "r1"), ("g", 0, "b", ["t"], "r2")],
+    )
+    r = by(run(p, m, [AllToFirst()]), "g", 0, "all-to-first")
+    assert r["rack_local_fraction"] == 0.5  # a (r1) owns all four; replicas on r1 for 0 and 2
+    assert r["moved"] == 0  # nothing was owned before
+
+
+def test_unknown_partitions_and_idle_members():
+    # partitions 0 and 2 only (1 never sampled); three members for two partitions
+    p, m = samples(
+        [("g", 0, "t", 0, 7, None, ()), ("g", 0, "t", 2, 9, None, ())],
+        [("g", 0, "a", ["t"], None), ("g", 0, "b", ["t"], None), ("g", 0, "c", ["t"], None)],
+    )
+    r = by(run(p, m, ["range"]), "g", 0, "range")
+    assert r["partitions"] == 2 and r["total_lag"] == 16
+    assert r["min_member_partitions"] == 0 and r["members"] == 3
+    assert r["max_member_lag"] == 9
+
+
+def test_groups_without_members_are_not_scored():
+    p, m = samples(
+        [("empty", 0, "t", 0, 7, None, ()), ("g", 0, "t", 0, 1, None, ())],
+        [("g", 0, "a", ["t"], None)],
+    )
+    rows = run(p, m, ["lag"])
+    assert [r["group_id"] for r in rows] == ["g"]
+
+
+def test_null_lag_counts_as_zero():
+    p, m = samples(
+        [("g", 0, "t", 0, None, None, ()), ("g", 0, "t", 1, 4, None, ())],
+        [("g", 0, "a", ["t"], None)],
+    )
+    r = by(run(p, m, ["lag"]), "g", 0, "lag")
+    assert r["total_lag"] == 4 and r["max_member_lag"] == 4
+
+
+def test_groups_may_arrive_in_any_order():
+    # Spark sorts by a hash of the group id first: groups are contiguous but not in id order
+    p, m = generate(np.arange(25), FleetParams(samples=2, seed=2))
+    rows = eval_rows(p, m)
+    order = {g: i for i, g in enumerate(sorted(set(rows["group_id"].to_pylist()), key=lambda g: zlib.crc32(g.encode())))}
+    keys = np.array([order[g] for g in rows["group_id"].to_pylist()])
+    shuffled = rows.take(np.argsort(keys, kind="stable"))
+    found = [assignors.get("lag")]
+    got = pa.Table.from_batches(list(score_batches(shuffled.to_batches(max_chunksize=33), found))).to_pylist()
+    want = pa.Table.from_batches(list(score_batches(rows.to_batches(), found))).to_pylist()
+    key = lambda r: (r["group_id"], r["sample_seq"])  # noqa: E731
+    assert sorted(got, key=key) == sorted(want, key=key)
+    assert [r["group_id"] for r in got] != [r["group_id"] for r in sorted(got, key=key)]
+
+
+def test_group_with_members_but_no_partitions():
+    p, m = samples([("other", 0, "t", 0, 3, None, ())], [("idle", 0, "a", ["gone"], None)])
+    rows = run(p, m, ["uniform"])
+    r = by(rows, "idle", 0, "uniform")
+    assert (r["members"], r["partitions"], r["total_lag"], r["max_member_lag"], r["moved"]) == (1, 0, 0, 0, 0)
+    p, m = samples([], [("idle", 0, "a", ["gone"], None)])
+    assert [r["group_id"] for r in run(p, m, ["range"])] == ["idle"]
+
+
+def test_heterogeneous_subscriptions_and_static_members():
+    rows_p = [("g", 0, t, i, 10 * (i + 1), None, ()) for t in ("t1", "t2") for i in range(3)]
+    rows_m = [("g", 0, "a", ["t1", "t2"], None), ("g", 0, "b", ["t1"], None)]
+    p, m = samples(rows_p, rows_m)
+    m = m.set_column(m.schema.get_field_index("instance_id"), "instance_id", pa.array(["i-a", None]))
+    out = run(p, m, ["uniform", "range", "lag"])
+    for r in out:
+        assert r["error"] is None and r["unassigned"] == 0 and r["partitions"] == 6
+        assert r["total_lag"] == 2 * (10 + 20 + 30)
+        # b cannot take t2, so a owns at least t2's three partitions (lag 60)
+        assert r["max_member_lag"] >= 60 and r["max_member_partitions"] >= 3
