@@ -6,6 +6,8 @@ Names, defaults and bounds follow Kafka's `GroupCoordinatorConfig` and `GroupCon
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -54,6 +56,12 @@ class CoordinatorConfig:
     classic_max_size: int = INT_MAX
     classic_new_member_join_timeout_ms: int = 300_000  # Kafka's CLASSIC_GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS
     consumer_migration_policy: str = "bidirectional"
+    # lag-driven rebalancing of groups using the `lag` assignor (cohort only; see docs/lag.md)
+    lag_rebalance_interval_ms: int = 30_000
+    lag_rebalance_min_interval_ms: int = 120_000
+    lag_imbalance_ratio: float = 1.5
+    lag_imbalance_evaluations: int = 2
+    lag_source: str = "local"
 
     PROPERTIES = {
         "group.consumer.session.timeout.ms": "consumer_session_timeout_ms",
@@ -69,6 +77,9 @@ class CoordinatorConfig:
         "group.max.session.timeout.ms": "classic_max_session_timeout_ms",
         "group.initial.rebalance.delay.ms": "classic_initial_rebalance_delay_ms",
         "group.max.size": "classic_max_size",
+        "group.lag.rebalance.interval.ms": "lag_rebalance_interval_ms",
+        "group.lag.rebalance.min.interval.ms": "lag_rebalance_min_interval_ms",
+        "group.lag.imbalance.evaluations": "lag_imbalance_evaluations",
     }
 
     def __post_init__(self) -> None:
@@ -100,6 +111,17 @@ class CoordinatorConfig:
             raise ValueError("group.max.size must be at least 1")
         if self.consumer_migration_policy not in MIGRATION_POLICIES:
             raise ValueError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}")
+        if self.lag_rebalance_interval_ms < 1:
+            raise ValueError("group.lag.rebalance.interval.ms must be positive")
+        if self.lag_rebalance_min_interval_ms < 0:
+            raise ValueError("group.lag.rebalance.min.interval.ms must not be negative")
+        if not (isinstance(self.lag_imbalance_ratio, (int, float)) and math.isfinite(self.lag_imbalance_ratio)
+                and self.lag_imbalance_ratio > 1):
+            raise ValueError("group.lag.imbalance.ratio must be a finite number greater than 1")
+        if self.lag_imbalance_evaluations < 1:
+            raise ValueError("group.lag.imbalance.evaluations must be at least 1")
+        if not self.lag_source.strip():
+            raise ValueError("group.lag.source must be `local` or the path of a lag snapshot directory")
 
     @property
     def upgrade_allowed(self) -> bool:
@@ -122,12 +144,22 @@ class CoordinatorConfig:
             kwargs["consumer_assignors"] = _list(props, "group.consumer.assignors", ())
         if "group.consumer.migration.policy" in props:
             kwargs["consumer_migration_policy"] = str(props["group.consumer.migration.policy"]).strip().lower()
+        if "group.lag.imbalance.ratio" in props:
+            raw = props["group.lag.imbalance.ratio"]
+            try:
+                kwargs["lag_imbalance_ratio"] = float(raw)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise ValueError(f"group.lag.imbalance.ratio must be a number, got {raw!r}") from None
+        if "group.lag.source" in props:
+            kwargs["lag_source"] = str(props["group.lag.source"]).strip()
         if "offsets.retention.minutes" in props:
             kwargs["offsets_retention_ms"] = _int(props, "offsets.retention.minutes", 0) * 60_000
         return cls(**kwargs)  # type: ignore[arg-type]
 
 
-GROUP_CONFIG_KEYS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms", "consumer.assignor")
+GROUP_CONFIG_KEYS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms", "consumer.assignor",
+                     "consumer.offset.reset")
+OFFSET_RESET_POLICIES = ("latest", "earliest")
 
 
 @dataclass(frozen=True)
@@ -138,6 +170,8 @@ class GroupConfig:
     heartbeat_interval_ms: int | None = None
     assignor: str | None = None
     raw: Mapping[str, str] = field(default_factory=dict)
+    # where a member without a committed offset starts, for lag: `latest` (lag 0) or `earliest`
+    offset_reset: str | None = None
 
     @classmethod
     def lenient(cls, configs: Mapping[str, str], broker: CoordinatorConfig) -> "GroupConfig":
@@ -153,8 +187,7 @@ class GroupConfig:
                 except CoordinatorError:
                     continue
                 kept[key] = value
-            parsed = cls.parse(kept, broker)
-            return cls(parsed.session_timeout_ms, parsed.heartbeat_interval_ms, parsed.assignor, dict(configs))
+            return dataclasses.replace(cls.parse(kept, broker), raw=dict(configs))
 
     @classmethod
     def parse(cls, configs: Mapping[str, str], broker: CoordinatorConfig) -> "GroupConfig":
@@ -180,10 +213,21 @@ class GroupConfig:
                 f"consumer.assignor {assignor} is not one of group.consumer.assignors: "
                 f"{', '.join(broker.consumer_assignors)}.",
             )
-        return cls(session, heartbeat, assignor, dict(configs))
+        reset = configs.get("consumer.offset.reset")
+        if reset is not None and reset not in OFFSET_RESET_POLICIES:
+            raise CoordinatorError(
+                Errors.INVALID_CONFIG,
+                f"consumer.offset.reset must be one of {', '.join(OFFSET_RESET_POLICIES)}, got {reset!r}.",
+            )
+        return cls(session, heartbeat, assignor, dict(configs), reset)
 
     def session_timeout(self, broker: CoordinatorConfig) -> int:
         return self.session_timeout_ms if self.session_timeout_ms is not None else broker.consumer_session_timeout_ms
+
+    @property
+    def reset_to_earliest(self) -> bool:
+        """Whether a partition without a committed offset counts its whole log as lag (default: none)."""
+        return self.offset_reset == "earliest"
 
     def heartbeat_interval(self, broker: CoordinatorConfig) -> int:
         return self.heartbeat_interval_ms if self.heartbeat_interval_ms is not None else broker.consumer_heartbeat_interval_ms

@@ -37,6 +37,11 @@ Contract with the caller (the server / runtime):
   a consumer group `join-{group}-{member}`, `sync-{group}-{member}`.
 * Topic metadata is an input: `update_metadata(image)`. Groups subscribed to a changed topic
   recompute their metadata hash on their next heartbeat and bump their epoch if it changed.
+* Log offsets are an input too: `update_log_offsets(offsets)` ({topic id: TopicOffsets(start, end)},
+  stored as is). With no `lag_provider` given, the shard computes each group's lag from them and
+  its committed offsets (lag.py); a given `lag_provider(group_id, topic_id, num_partitions)`
+  replaces that (e.g. lag snapshots). Groups whose assignor is `lag` are re-evaluated by the timer
+  `lag-evaluation-{group}` (lag_balance.py), which may bump their epoch to move partitions.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ import re2
 
 from cohort.assignors import registry
 from cohort.assignors.api import Assignor
-from cohort.coordinator import classic, migration
+from cohort.coordinator import classic, lag_balance, migration
 from cohort.coordinator import offsets as offset_ops
 from cohort.coordinator.classic_group import ClassicGroupState
 from cohort.coordinator.consumer_protocol import PROTOCOL_TYPE, Subscription, encode_assignment, encode_subscription
@@ -65,6 +70,7 @@ from cohort.coordinator.consumer_group import (
     ShardState,
 )
 from cohort.coordinator.errors import CoordinatorError, Errors
+from cohort.coordinator.lag import NO_LOG_OFFSETS, LogOffsets, partition_lags
 from cohort.coordinator.metadata import EMPTY_IMAGE, MetadataImage
 from cohort.coordinator.reconcile import reconcile
 from cohort.coordinator.records import (
@@ -168,6 +174,8 @@ class GroupCoordinatorShard:
         self.image = image
         self._assignors = dict(assignors or {})
         self._lag_provider = lag_provider
+        self.log_offsets: LogOffsets = NO_LOG_OFFSETS
+        self.lag_balance: dict[str, lag_balance.LagBalanceState] = {}  # soft state of lag evaluations
         self._new_member_id = member_id_factory or (lambda: str(uuid.uuid4()))
         self.last_written_offset = 0
         self.last_committed_offset = 0
@@ -236,6 +244,24 @@ class GroupCoordinatorShard:
         for group in self.state.groups.values():
             if group.regex_counts or not changed.isdisjoint(group.subscribed_topic_names()):
                 group.refresh_metadata = True
+
+    def update_log_offsets(self, offsets: LogOffsets) -> None:
+        """Install the partitions' log start / end offsets ({topic id: TopicOffsets}); kept as is."""
+        self.log_offsets = offsets
+
+    @property
+    def lag_provider(self) -> LagProvider:
+        """Where assignors get lag: the injected provider, else lag from log and committed offsets."""
+        return self.local_lags if self._lag_provider is None else self._lag_provider
+
+    def local_lags(self, group_id: str, topic_id: uuid.UUID, num_partitions: int) -> list[int] | None:
+        """The group's lag on a topic from the log offsets fed to the shard (None: unknown topic)."""
+        topic = self.image.by_id.get(topic_id)
+        offsets = self.log_offsets.get(topic_id)
+        if topic is None or offsets is None:
+            return None
+        return partition_lags(offsets, self.state.offsets.get(group_id), topic.name, num_partitions,
+                              self.state.group_config(group_id).reset_to_earliest)
 
     def _run(self, op: Callable[[], object], on_error: Callable[[CoordinatorError], object]) -> Result:
         start = self.last_written_offset
@@ -351,6 +377,11 @@ class GroupCoordinatorShard:
                                      ("classic-heartbeat", classic_group.group_id, classic_member.member_id))
         self.timers.schedule(OFFSETS_EXPIRATION_KEY, now + self.config.offsets_retention_check_interval_ms,
                              ("offsets",))
+        self.lag_balance.clear()
+        for group in self.state.groups.values():
+            if group.members and self.assignor_name(group) == lag_balance.LAG_ASSIGNOR:
+                self.timers.schedule(lag_balance.evaluation_key(group.group_id),
+                                     now + self.config.lag_rebalance_interval_ms, ("lag", group.group_id))
 
     # ================================================================== timers
 
@@ -375,6 +406,9 @@ class GroupCoordinatorShard:
             return
         if kind.startswith("classic-"):
             classic.on_timer(self, payload, now)
+            return
+        if kind == "lag":
+            lag_balance.evaluate(self, payload[1], now)
             return
         if kind == "offsets":
             offset_ops.expire_offsets(self, now)
@@ -720,11 +754,11 @@ class GroupCoordinatorShard:
                    ConsumerGroupRegularExpressionValue(topics, self.image.version, now))
         return True
 
-    def _select_assignor(self, group: ConsumerGroup) -> Assignor:
-        name = (group.preferred_assignor(self.config.consumer_assignors)
+    def assignor_name(self, group: ConsumerGroup) -> str:
+        """The members' most common choice, else the group's `consumer.assignor`, else the broker default."""
+        return (group.preferred_assignor(self.config.consumer_assignors)
                 or self.state.group_config(group.group_id).assignor
                 or self.config.consumer_assignors[0])
-        return self.assignor(name)
 
     def assignor(self, name: str) -> Assignor:
         """The assignor registered under `name`: injected ones first, then cohort's registry."""
@@ -735,11 +769,15 @@ class GroupCoordinatorShard:
 
     def _update_target(self, group: ConsumerGroup) -> None:
         gid, epoch = group.group_id, group.group_epoch
-        changed = compute_target(group, self.image, self._select_assignor(group), epoch, self._lag_provider)
+        name = self.assignor_name(group)
+        changed = compute_target(group, self.image, self.assignor(name), epoch, self.lag_provider)
         for member_id in sorted(changed):
             self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
                        ConsumerGroupTargetAssignmentMemberValue(changed[member_id]))
         self._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
+        if name == lag_balance.LAG_ASSIGNOR:
+            now = self._now
+            self._deferred.append(lambda: lag_balance.arm(self, gid, now))
 
     # ================================================================== groups: delete / configs
 
@@ -797,9 +835,15 @@ class GroupCoordinatorShard:
                 current[name] = value
         GroupConfig.parse(current, self.config)
         if not req.validate_only:
+            group = self.state.groups.get(gid)
+            before = None if group is None or not group.members else self.assignor_name(group)
             value = GroupConfigurationValue(tuple(sorted(current.items()))) if current else None
             if value is not None or gid in self.state.configs:
                 self._emit(GroupConfigurationKey(gid), value)
+            if before is not None and self.assignor_name(group) != before:
+                # the group's effective assignor changed: reassign with it (as KAFKA-20434 does for members)
+                self._emit(ConsumerGroupMetadataKey(gid),
+                           ConsumerGroupMetadataValue(group.group_epoch + 1, group.metadata_hash))
         return AlterGroupConfigResponse(gid)
 
     def _commit_offsets(self, req: OffsetCommitRequest, now: int):
@@ -989,9 +1033,13 @@ class GroupCoordinatorShard:
             "consumer.session.timeout.ms": str(self.config.consumer_session_timeout_ms),
             "consumer.heartbeat.interval.ms": str(self.config.consumer_heartbeat_interval_ms),
             "consumer.assignor": self.config.consumer_assignors[0],
+            "consumer.offset.reset": "latest",
         }
+        lag_enabled = lag_balance.LAG_ASSIGNOR in self.config.consumer_assignors
         entries = []
         for name in GROUP_CONFIG_KEYS:
+            if name == "consumer.offset.reset" and not lag_enabled and name not in cfg.raw:
+                continue  # only the lag assignor reads it
             if name in cfg.raw:
                 entries.append(ConfigEntry(name, cfg.raw[name], False))
             else:

@@ -55,12 +55,15 @@ def compute_target(
     assignor: Assignor,
     group_epoch: int,
     lag_provider: LagProvider | None = None,
+    describer: GroupTopicDescriber | None = None,
 ) -> dict[str, Assignment]:
-    """The members whose target assignment changes, with their new target."""
+    """The members whose target assignment changes, with their new target (`describer`: one whose
+    lags were already fetched, else one over `image` and `lag_provider`)."""
     members = _member_specs(group, image)
     subscription_type = _subscription_type(members)
     spec = GroupSpec(members, subscription_type)
-    describer = GroupTopicDescriber(image, group.group_id, lag_provider)
+    if describer is None:
+        describer = GroupTopicDescriber(image, group.group_id, lag_provider)
     try:
         result = assignor.assign(spec, describer)
     except Exception as exc:  # an assignor bug must not take the shard down

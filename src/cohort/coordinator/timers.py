@@ -54,6 +54,11 @@ class Timers:
             heapq.heappop(heap)
         return None
 
+    def any_due(self, now: int, prefix: str) -> bool:
+        """Whether a timer whose key starts with `prefix` is due at `now` (O(timers); for callers
+        choosing where to run `expire`, e.g. a worker thread for expensive ones)."""
+        return any(deadline <= now and key.startswith(prefix) for key, (deadline, _, _) in self._entries.items())
+
     def pop_expired(self, now: int) -> list[tuple[str, Any]]:
         expired = []
         heap, entries = self._heap, self._entries

@@ -1,0 +1,123 @@
+"""Lag-driven rebalancing: the coordinator re-balances a `lag` group's backlog by itself.
+
+A client-side assignor only acts when something else triggers a rebalance. Here a keyed timer
+`lag-evaluation-{group}` fires every `group.lag.rebalance.interval.ms` for each group whose chosen
+assignor is `lag`, and the evaluation below decides whether to move partitions. Rules, in order:
+
+1. The group is gone, empty or no longer uses `lag`: the timer is not re-armed (it is armed again
+   when the group next computes a target assignment with `lag`, or its config selects it).
+2. Not Stable (members still reconciling): no decision, and the streak of imbalanced evaluations
+   restarts — a decision needs a settled assignment.
+3. Imbalance = the heaviest member's assigned lag / the mean member lag (over the group's target
+   assignment, which is everyone's current assignment when Stable). At or below
+   `group.lag.imbalance.ratio` the streak restarts; above it, the streak grows.
+4. The streak reaches `group.lag.imbalance.evaluations` and the last lag decision is at least
+   `group.lag.rebalance.min.interval.ms` ago: the lag assignor is run on the current target
+   with the current lags. If it moves nothing (already within its tolerance of the best split, or
+   no better split exists), nothing is written. Otherwise the group epoch is bumped (a
+   ConsumerGroupMetadata record, as any bump) and the new target is written at once (the same
+   records a heartbeat would write), so members reconcile through the incremental protocol.
+   Either way the streak restarts and the decision time is remembered.
+
+Hysteresis comes from three places: the trigger needs several consecutive imbalanced readings;
+decisions are at least the minimum interval apart; and the sticky lag assignor only moves when the
+assignment is worse than (1 + tolerance) x its fresh greedy peak, and then only until it is back
+within that bound — so with unchanged lags a second evaluation finds nothing to move. The trigger
+ratio (default 1.5, relative to the mean) must stay above 1 + tolerance (default 1.1, relative to
+the greedy peak, which is never below the mean): a rebalance brings the heaviest member to at most
+1.1 x the best achievable peak, well inside the trigger band, so lag must drift by a real margin
+before the next one. Streak and decision time are soft state, rebuilt empty on load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cohort.coordinator.consumer_group import ConsumerGroup, GroupState
+from cohort.coordinator.lag import imbalance, member_loads
+from cohort.coordinator.records import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+)
+from cohort.coordinator.target import GroupTopicDescriber, compute_target
+
+if TYPE_CHECKING:
+    from cohort.coordinator.shard import GroupCoordinatorShard
+
+LAG_ASSIGNOR = "lag"
+LAG_EVALUATION_PREFIX = "lag-evaluation-"
+
+
+def evaluation_key(group_id: str) -> str:
+    return LAG_EVALUATION_PREFIX + group_id
+
+
+@dataclass(slots=True)
+class LagBalanceState:
+    """Soft state of one group's evaluations."""
+
+    streak: int = 0  # consecutive Stable evaluations above the ratio
+    last_decision: int | None = None  # when the assignor was last consulted (moved or not)
+    last_imbalance: float = 1.0
+    rebalances: int = 0  # lag-driven epoch bumps since load
+
+
+def arm(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
+    """Schedule the group's first evaluation unless one is pending."""
+    key = evaluation_key(group_id)
+    if key not in shard.timers:
+        shard.timers.schedule(key, now + shard.config.lag_rebalance_interval_ms, ("lag", group_id))
+
+
+def evaluate(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
+    """One evaluation (the timer's expiry); records go through `shard._emit` as any write."""
+    group = shard.state.groups.get(group_id)
+    if group is None or not group.members or shard.assignor_name(group) != LAG_ASSIGNOR:
+        shard.lag_balance.pop(group_id, None)
+        return
+    config = shard.config
+    shard.timers.schedule(evaluation_key(group_id), now + config.lag_rebalance_interval_ms, ("lag", group_id))
+    state = shard.lag_balance.get(group_id)
+    if state is None:
+        state = shard.lag_balance[group_id] = LagBalanceState()
+    if group.state() is not GroupState.STABLE:
+        state.streak = 0
+        return
+    describer = GroupTopicDescriber(shard.image, group_id, shard.lag_provider)
+    by_name = shard.image.by_name
+    topic_ids = [by_name[n].topic_id for n in group.subscribed_topic_names() if n in by_name]
+    lags = {t: describer.partition_lags(t) for t in topic_ids}
+    loads = member_loads({m: group.target_assignment.get(m, {}) for m in group.members}, lags)
+    state.last_imbalance = ratio = imbalance(loads.values())
+    if ratio <= config.lag_imbalance_ratio:
+        state.streak = 0
+        return
+    state.streak += 1
+    if state.streak < config.lag_imbalance_evaluations:
+        return
+    if state.last_decision is not None and now - state.last_decision < config.lag_rebalance_min_interval_ms:
+        return
+    state.streak = 0
+    state.last_decision = now
+    if _rebalance(shard, group, describer):
+        state.rebalances += 1
+
+
+def _rebalance(shard: "GroupCoordinatorShard", group: ConsumerGroup, describer: GroupTopicDescriber) -> bool:
+    """Run the lag assignor on the current target; bump the epoch and write the target if it moves anything."""
+    gid, epoch = group.group_id, group.group_epoch + 1
+    changed = compute_target(group, shard.image, shard.assignor(LAG_ASSIGNOR), epoch, describer=describer)
+    if not changed:
+        return False
+    metadata_hash = shard.image.subscription_hash(group.subscribed_topic_names())
+    shard._emit(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(epoch, metadata_hash))
+    for member_id in sorted(changed):
+        shard._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
+                    ConsumerGroupTargetAssignmentMemberValue(changed[member_id]))
+    shard._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
+    return True

@@ -1,0 +1,1 @@
+"""Operator tooling talking to a broker over the Kafka admin APIs."""
