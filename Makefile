@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench install clean
+.PHONY: run test bench install clean e2e-tools
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,11 +17,20 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/cohort serve
 
-test: $(STAMP)
+test: $(STAMP) e2e-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Clients the e2e tests run besides the Python ones: kcat (Debian) and kafkajs (npm, project-local).
+NODE_DIR := tests/e2e/node
+e2e-tools: $(NODE_DIR)/node_modules/.installed-stamp
+	@command -v kcat >/dev/null || apt-get install -y kcat || (apt-get update && apt-get install -y kcat)
+
+$(NODE_DIR)/node_modules/.installed-stamp: $(NODE_DIR)/package.json
+	cd $(NODE_DIR) && npm install --no-audit --no-fund
+	@touch $@
 
 bench: $(STAMP)
 	$(BIN)/python bench/assignors.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis $(NODE_DIR)/node_modules

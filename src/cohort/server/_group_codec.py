@@ -120,7 +120,7 @@ def consumer_group_describe_error(resp: type, group_ids: tuple[str, ...], code: 
     return consumer_group_describe_response(resp, r, False)
 
 
-# --- ListGroups / DescribeGroups / DeleteGroups -------------------------------------------------
+# --- ListGroups / DeleteGroups -----------------------------------------------------------------
 
 
 def list_groups_response(resp: type, r: rq.ListGroupsResponse) -> Any:
@@ -128,15 +128,6 @@ def list_groups_response(resp: type, r: rq.ListGroupsResponse) -> Any:
     groups = tuple(build(cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.group_state,
                          group_type=g.group_type) for g in r.groups)
     return build(resp, throttle_time=ZERO, error_code=err(r.error_code), groups=groups)
-
-
-def describe_groups_response(resp: type, entries: list[tuple[str, int, str, str]], with_ops: bool) -> Any:
-    """entries: (group_id, error_code, state, protocol_type); cohort has no classic members yet."""
-    cls = nested(resp, "groups")
-    groups = tuple(build(cls, error_code=err(code), group_id=gid, group_state=state, protocol_type=ptype,
-                         protocol_data="", members=(), authorized_operations=GROUP_OPS if with_ops else UNKNOWN_OPS)
-                   for gid, code, state, ptype in entries)
-    return build(resp, throttle_time=ZERO, groups=groups)
 
 
 def delete_groups_response(resp: type, results: list[tuple[str, int]]) -> Any:

@@ -16,6 +16,16 @@ gives the shard what it cannot have itself: a clock, a durable log, timers and t
 * **Reads** (describe, list, offset fetch) see committed state only (the shard's contract).
 * **Loading**: at startup the log is replayed into the shard; until then group APIs answer
   COORDINATOR_LOAD_IN_PROGRESS.
+* **Parked requests** (classic JoinGroup / SyncGroup, served by _classic.py): the shard answers
+  ``Parked(request_id)``; a future per id is resolved by the completion that releases it, once
+  that completion's result is durable (or with NOT_COORDINATOR if its records are lost). Only
+  the parked request's own connection waits (its later requests queue behind it, as Kafka mutes
+  the channel); the shard and other connections go on. ``revert`` and ``unload`` (shutdown)
+  answer parked requests too.
+* **Lag** (docs/lag.md): with `group.lag.source=local` the shard reads log start / end offsets
+  through a live view of the broker's partition logs (`BrokerLogOffsets`, read only when the lag
+  assignor asks); with a directory, from the newest lag snapshot, refreshed on the worker thread
+  before timers fire. Timer expiry that includes a lag evaluation runs on the worker thread.
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ import asyncio
 import collections
 import logging
 import time
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -31,12 +43,16 @@ from kio.schema.errors import ErrorCode
 
 from cohort.assignors import registry
 from cohort.broker import BrokerError
+from cohort.broker.lag_snapshot import SnapshotLagProvider
 from cohort.config import REGISTRY, ConfigError, declare
 from cohort.coordinator import CoordinatorConfig, GroupCoordinatorShard, MetadataImage, TopicImage, decode, encode
 from cohort.coordinator import requests as rq
 from cohort.coordinator.config import INT_MAX
 from cohort.coordinator.errors import Errors
+from cohort.coordinator.lag import TopicOffsets
+from cohort.coordinator.lag_balance import LAG_EVALUATION_PREFIX
 from cohort.protocol import DecodedRequest
+from cohort.server import _classic
 from cohort.server import _group_codec as wire
 from cohort.server.configs import APPEND, DEFAULT_CONFIG, DELETE, GROUP, GROUP_CONFIG, SET, SUBTRACT, ConfigEntry
 
@@ -73,16 +89,28 @@ declare("offsets.retention.check.interval.ms", int, 600_000, "How often expired 
 declare("offset.metadata.max.bytes", int, 4096, "Longest metadata string an offset commit may carry "
         "(OFFSET_METADATA_TOO_LARGE beyond).", minimum=0, group=_G)
 declare("group.consumer.migration.policy", str, "bidirectional", "Whether a group may convert between the classic "
-        "and the consumer protocol (KIP-848 online migration); used once the classic APIs are served.",
+        "and the consumer protocol (KIP-848 online migration).",
         choices=("bidirectional", "upgrade", "downgrade", "disabled"), group=_G)
 declare("group.min.session.timeout.ms", int, 6_000, "Smallest session timeout a classic-protocol member may ask "
-        "for; used once the classic APIs are served.", minimum=0, group=_G)
+        "for (INVALID_SESSION_TIMEOUT below).", minimum=0, group=_G)
 declare("group.max.session.timeout.ms", int, 1_800_000, "Largest session timeout a classic-protocol member may ask "
-        "for; used once the classic APIs are served.", minimum=0, group=_G)
+        "for (INVALID_SESSION_TIMEOUT above).", minimum=0, group=_G)
 declare("group.initial.rebalance.delay.ms", int, 3_000, "How long the first rebalance of an empty classic group "
-        "waits for more members; used once the classic APIs are served.", minimum=0, group=_G)
-declare("group.max.size", int, INT_MAX, "Most members a classic group may have; used once the classic APIs are "
-        "served.", minimum=1, group=_G)
+        "waits for more members (extended while they keep arriving, up to the rebalance timeout).", minimum=0, group=_G)
+declare("group.max.size", int, INT_MAX, "Most members a classic group may have (GROUP_MAX_SIZE_REACHED "
+        "beyond).", minimum=1, group=_G)
+declare("group.lag.rebalance.interval.ms", int, 30_000, "How often the coordinator re-evaluates the lag balance of "
+        "each group using the `lag` assignor (cohort only).", minimum=1, group=_G)
+declare("group.lag.rebalance.min.interval.ms", int, 120_000, "Least time between two lag-driven rebalance decisions "
+        "of one group (cohort only).", minimum=0, group=_G)
+declare("group.lag.imbalance.ratio", float, 1.5, "A group using `lag` is rebalanced when its heaviest member's "
+        "assigned lag exceeds the mean member lag by more than this factor on consecutive evaluations (cohort "
+        "only; must be greater than 1).", group=_G)
+declare("group.lag.imbalance.evaluations", int, 2, "Consecutive imbalanced evaluations needed before a lag-driven "
+        "rebalance (cohort only).", minimum=1, group=_G)
+declare("group.lag.source", str, "local", "Where the `lag` assignor's lag comes from: `local` (this broker's log "
+        "end offsets and the group's committed offsets) or the directory of lag snapshot files written by the "
+        "pipeline (docs/lag.md; cohort only).", group=_G)
 declare("group.coordinator.offload.min.members", int, 2000, "A heartbeat that may compute a new target assignment "
         "for a group of at least this many members runs on the worker thread, so the event loop keeps "
         "serving other connections meanwhile (cohort only).", minimum=1, group=_G)
@@ -91,13 +119,15 @@ GROUP_CONFIG_DOCS = {
     "consumer.session.timeout.ms": "The group's session timeout (overrides group.consumer.session.timeout.ms).",
     "consumer.heartbeat.interval.ms": "The group's heartbeat interval (overrides group.consumer.heartbeat.interval.ms).",
     "consumer.assignor": "The group's default server assignor when members name none (cohort only).",
+    "consumer.offset.reset": "Where a partition without a committed offset starts, for the `lag` assignor's lag: "
+                             "`latest` (lag 0) or `earliest` (the whole log) (cohort only).",
 }
 
 
 def coordinator_config(config: Any) -> CoordinatorConfig:
     """The shard's configuration from the broker settings; a bad combination is a ConfigError."""
     names = [*CoordinatorConfig.PROPERTIES, "group.consumer.assignors", "group.consumer.migration.policy",
-             "offsets.retention.minutes"]
+             "offsets.retention.minutes", "group.lag.imbalance.ratio", "group.lag.source"]
     props = {name: config[name] for name in names if name in REGISTRY}
     try:
         result = CoordinatorConfig.from_properties(props)
@@ -110,6 +140,41 @@ def coordinator_config(config: Any) -> CoordinatorConfig:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class BrokerLogOffsets(Mapping):
+    """The broker's log start / end offsets by topic id, read when the shard asks (a live view:
+    nothing is copied until a group's lag is computed, and the values are always current)."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    def get(self, topic_id: uuid.UUID, default: Any = None) -> Any:
+        try:  # may run on the worker thread while the loop deletes the topic
+            topic = self._broker.topic_by_id(topic_id)
+        except KeyError:
+            return default
+        if topic is None or topic.internal:
+            return default
+        logs, name = self._broker.logs, topic.name
+        starts, ends = [], []
+        for p in range(topic.partitions):
+            log = logs.get((name, p))
+            starts.append(0 if log is None else log.start_offset)
+            ends.append(0 if log is None else log.end_offset)
+        return TopicOffsets(starts, ends)
+
+    def __getitem__(self, topic_id: uuid.UUID) -> TopicOffsets:
+        found = self.get(topic_id)
+        if found is None:
+            raise KeyError(topic_id)
+        return found
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        return iter([t.id for t in self._broker.topics.values() if not t.internal])
+
+    def __len__(self) -> int:
+        return sum(1 for t in self._broker.topics.values() if not t.internal)
 
 
 class AppendFailed(Exception):
@@ -134,13 +199,14 @@ def install(server: "Server") -> None:
     reg(8, coordinator.offset_commit, min_version=2, max_version=10)
     reg(9, coordinator.offset_fetch, min_version=1, max_version=10)
     reg(16, coordinator.list_groups, min_version=0, max_version=5)
-    reg(15, coordinator.describe_groups, min_version=0, max_version=5)
     reg(42, coordinator.delete_groups, min_version=0, max_version=2)
     reg(47, coordinator.offset_delete, min_version=0, max_version=0)
     server.config_resources[GROUP] = GroupConfigs(coordinator)
     server.startup_hooks.append(coordinator.load)
 
     server.broker.topic_listeners.append(coordinator.topics_changed)
+    server.shutdown_hooks.append(coordinator.unload)
+    _classic.install(server, coordinator)
 
 
 class GroupCoordinator:
@@ -150,7 +216,14 @@ class GroupCoordinator:
         self.log = server.broker.coordinator_log
         self.config = coordinator_config(server.config)
         self.offload_min_members = server.config["group.coordinator.offload.min.members"]
-        self.shard = GroupCoordinatorShard(self.config)
+        self.snapshots: SnapshotLagProvider | None = None
+        if self.config.lag_source == "local":
+            self.shard = GroupCoordinatorShard(self.config)
+            self.shard.update_log_offsets(BrokerLogOffsets(self.broker))
+        else:
+            self.snapshots = SnapshotLagProvider(self.config.lag_source, self._topic_name)
+            self.shard = GroupCoordinatorShard(self.config, lag_provider=self.snapshots)
+        self._snapshot_checked: int | None = None
         self.loaded = False
         self._lock = asyncio.Lock()  # held while the shard is used across an await
         self._inflight: collections.deque[_Append] = collections.deque()
@@ -158,6 +231,7 @@ class GroupCoordinator:
         self._log_end = self.log.log.end_offset
         self._metadata_stale = True
         self._conn_last: dict[int, asyncio.Task] = {}  # id(ctx) -> the connection's last request still waiting
+        self._parked: dict[int, asyncio.Future] = {}  # request id -> resolved with its completion
         self._wake = asyncio.Event()
         self._sleep_until: int | None = None
         self._hb = {}  # version -> HeartbeatEncoder
@@ -182,10 +256,30 @@ class GroupCoordinator:
             self._refresh_metadata()
             self.shard.on_loaded(now_ms())
             self._log_end = self.log.log.end_offset
+            await self._refresh_snapshot(now_ms())
             self.loaded = True
         log.info("group coordinator loaded %d records (%d skipped) in %.2f s; %d groups",
                  count, skipped, time.monotonic() - started, len(self.shard.state.groups))
         self.server.spawn(self._timer_loop())
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        try:
+            topic = self.broker.topic_by_id(topic_id)
+        except KeyError:
+            return None
+        return None if topic is None else topic.name
+
+    async def _refresh_snapshot(self, now: int) -> None:
+        """Read the newest lag snapshot (file I/O, on the worker thread), at most once per evaluation interval."""
+        if self.snapshots is None or (self._snapshot_checked is not None
+                                      and now - self._snapshot_checked < self.config.lag_rebalance_interval_ms):
+            return
+        self._snapshot_checked = now
+        if await self.server.offload(self.snapshots.refresh):
+            log.info("lag snapshot %d (%s) loaded from %s", self.snapshots.snapshot.sample_seq,
+                     self.snapshots.snapshot.sample_time, self.config.lag_source)
+        elif self.snapshots.error:
+            log.warning("lag snapshot not used: %s", self.snapshots.error)
 
     def topics_changed(self) -> None:
         self._metadata_stale = True  # applied before the next shard access (heartbeats refresh lazily)
@@ -240,15 +334,20 @@ class GroupCoordinator:
         """Append the records of a write; returns what to wait for before answering (None: nothing)."""
         records = result.records
         if not records:
+            self._maybe_wake_timers()  # a parked join may have armed a timer without writing
             tail = self._tail
-            return None if tail is None or self.shard.last_committed_offset >= result.end_offset else tail
+            entry = None if tail is None or self.shard.last_committed_offset >= result.end_offset else tail
+            self._deliver(result.completions, entry)
+            return entry
         start = result.end_offset - len(records)
         try:
             fut = self.log.append_records([encode(r) for r in records])
         except OSError as exc:
             log.error("coordinator log append failed: %s", exc)
-            self.shard.revert(start)
+            released = self.shard.revert(start)
             self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operation cancelled or fired
+            self._release(_lost(result.completions))
+            self._release(released)
             raise AppendFailed(str(exc)) from None
         entry = _Append(start, result.end_offset, asyncio.get_running_loop().create_future())
         self._inflight.append(entry)
@@ -256,7 +355,36 @@ class GroupCoordinator:
         self._log_end = self.log.log.end_offset
         fut.add_done_callback(lambda f: self._appended(entry, f))
         self._maybe_wake_timers()
+        self._deliver(result.completions, entry)
         return entry
+
+    def _deliver(self, completions: Any, entry: _Append | None) -> None:
+        """Answer parked requests released by a result once its records are durable."""
+        if not completions:
+            return
+        if entry is None:
+            self._release(completions)
+        else:
+            entry.durable.add_done_callback(
+                lambda f: self._release(completions if f.result() else _lost(completions)))
+
+    def _release(self, completions: Any) -> None:
+        for request_id, response in completions:
+            fut = self._parked.pop(request_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(response)
+
+    def park(self, parked: rq.Parked) -> asyncio.Future:
+        """The future of a parked request; register it before the loop runs anything else."""
+        fut = asyncio.get_running_loop().create_future()
+        self._parked[parked.request_id] = fut
+        return fut
+
+    async def unload(self) -> None:
+        """Shutdown hook: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded)."""
+        if self.loaded:
+            self.loaded = False
+            self._release(self.shard.unload())
 
     def _appended(self, entry: _Append, fut: asyncio.Future) -> None:
         if entry.durable.done():
@@ -277,13 +405,14 @@ class GroupCoordinator:
         """Every write still in flight is lost (the log was cut back to its durable end)."""
         if not self._inflight:
             return
-        self.shard.revert(self._inflight[0].start)
+        released = self.shard.revert(self._inflight[0].start)
         self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operations cancelled or fired
         for entry in self._inflight:
             entry.durable.set_result(False)
         self._inflight.clear()
         self._tail = None
         self._log_end = self.log.log.end_offset
+        self._release(released)
 
     def _needs_offload(self, req: Any) -> bool:
         """A heartbeat that may compute a target assignment for a large group."""
@@ -304,6 +433,8 @@ class GroupCoordinator:
                 entry = self._persist(result)
             except AppendFailed as exc:
                 return fail(Errors.NOT_COORDINATOR, f"the coordinator log write failed: {exc}")
+            if type(result.response) is rq.Parked:
+                return self._later(ctx, self._answer_parked(self.park(result.response), answer, fail), in_order=False)
             if entry is None:
                 return answer(result.response)
             return self._later(ctx, self._answer_when_durable(entry, result, answer, fail), in_order=False)
@@ -322,9 +453,18 @@ class GroupCoordinator:
                 entry = self._persist(result)
             except AppendFailed as exc:
                 return fail(Errors.NOT_COORDINATOR, f"the coordinator log write failed: {exc}")
+            parked = self.park(result.response) if type(result.response) is rq.Parked else None
+        if parked is not None:
+            return await self._answer_parked(parked, answer, fail)
         if entry is None:
             return answer(result.response)
         return await self._answer_when_durable(entry, result, answer, fail)
+
+    async def _answer_parked(self, parked: asyncio.Future, answer, fail) -> Any:
+        response = await parked
+        if isinstance(response, _Failed):
+            return fail(response.code, response.message)
+        return answer(response)
 
     async def _answer_when_durable(self, entry: _Append, result: rq.Result, answer, fail) -> Any:
         if await asyncio.shield(entry.durable):
@@ -362,17 +502,24 @@ class GroupCoordinator:
             self._sleep_until = deadline
             self._wake.clear()
             timeout = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
+            if self.snapshots is not None:  # look for a newer lag snapshot at least once per interval
+                period = self.config.lag_rebalance_interval_ms / 1000
+                timeout = period if timeout is None else min(timeout, period)
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
+            await self._refresh_snapshot(now_ms())
             async with self._lock:
                 now = now_ms()
                 deadline = self.shard.next_deadline()
                 if deadline is None or deadline > now:
                     continue
                 self._prepare()
-                result = self.shard.expire(now)
+                if self.shard.timers.any_due(now, LAG_EVALUATION_PREFIX):
+                    result = await self.server.offload(self.shard.expire, now)  # lag + maybe an assignor run
+                else:
+                    result = self.shard.expire(now)
                 try:
                     entry = self._persist(result)
                 except AppendFailed:
@@ -405,7 +552,7 @@ class GroupCoordinator:
         return self.read(ctx, lambda: wire.consumer_group_describe_response(
             resp, self.shard.describe_groups(request), body.include_authorized_operations))
 
-    # --- ListGroups (16) / DescribeGroups (15) -------------------------------------------------
+    # --- ListGroups (16); DescribeGroups (15) is in _classic.py ---------------------------------
 
     def list_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp = req.body, req.codec.response_type
@@ -413,29 +560,6 @@ class GroupCoordinator:
             return wire.list_groups_response(resp, rq.ListGroupsResponse((), Errors.COORDINATOR_LOAD_IN_PROGRESS))
         request = rq.ListGroupsRequest(tuple(getattr(body, "states_filter", ())), tuple(getattr(body, "types_filter", ())))
         return self.read(ctx, lambda: wire.list_groups_response(resp, self.shard.list_groups(request)))
-
-    def describe_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
-        """The classic API: cohort has no classic groups yet, so, as Kafka 4.0 answers for a
-        consumer group or an unknown id (v0-5), the state is "Dead"; a group holding only offsets
-        (a "simple" group) is "Empty"."""
-        body, resp = req.body, req.codec.response_type
-        ops = getattr(body, "include_authorized_operations", False)
-        if not self.loaded:
-            return wire.describe_groups_response(
-                resp, [(g, Errors.COORDINATOR_LOAD_IN_PROGRESS, "", "") for g in body.groups], False)
-
-        def describe() -> Any:
-            entries = []
-            for gid in body.groups:
-                if not gid or not gid.strip():
-                    entries.append((gid, Errors.INVALID_GROUP_ID, "", ""))
-                    continue
-                view = self.shard.committed_state(gid)
-                simple = gid not in view.groups and gid in view.offsets
-                entries.append((gid, 0, "Empty" if simple else "Dead", ""))
-            return wire.describe_groups_response(resp, entries, ops)
-
-        return self.read(ctx, describe)
 
     # --- DeleteGroups (42) -------------------------------------------------------------------
 
@@ -509,6 +633,11 @@ class GroupCoordinator:
 class _Failed:
     code: int
     message: str
+
+
+def _lost(completions: Any) -> list[tuple[int, _Failed]]:
+    """Completions whose records were lost: their requests get NOT_COORDINATOR (clients retry)."""
+    return [(rid, _Failed(Errors.NOT_COORDINATOR, "the coordinator log write failed")) for rid, _ in completions]
 
 
 class GroupConfigs:

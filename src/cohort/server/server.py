@@ -35,6 +35,7 @@ from cohort.server.waiters import AppendWaiters
 log = logging.getLogger("cohort.server")
 
 # Modules that register more APIs: each must define ``install(server)``.
+SHUTDOWN_GRACE_S = 0.05  # time for answers written by the shutdown hooks to leave
 PLUGINS = ("cohort.server.groups",)
 
 
@@ -120,11 +121,15 @@ class Server:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        # Hooks run while connections are still open, so what they answer (NOT_COORDINATOR for
+        # parked joins and syncs) reaches the clients; a short grace lets those answers go out.
+        for hook in self.shutdown_hooks:
+            await hook()
+        if self.shutdown_hooks and self._connections:
+            await asyncio.sleep(SHUTDOWN_GRACE_S)
         for task in list(self._connections) + list(self._background):
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)
-        for hook in self.shutdown_hooks:
-            await hook()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

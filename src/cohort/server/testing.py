@@ -79,6 +79,8 @@ class ServerThread:
         return fut.result(timeout)
 
     def stop(self) -> None:
+        if self.loop.is_closed():
+            return
         if self.server is not None:
             self.run(self.server.stop())
             self.server = None
