@@ -324,6 +324,36 @@ class GroupCoordinator:
         task.add_done_callback(done)
         return task
 
+    def _track(self, ctx: Any, fut: asyncio.Future) -> asyncio.Future:
+        """Make ``fut`` the connection's last pending request, so later ones wait behind it."""
+        key = id(ctx)
+        self._conn_last[key] = fut
+
+        def done(_: asyncio.Future) -> None:
+            if self._conn_last.get(key) is fut:
+                del self._conn_last[key]
+
+        fut.add_done_callback(done)
+        return fut
+
+    def _when_durable(self, ctx: Any, entry: _Append, response: Any, answer, fail) -> asyncio.Future:
+        """The answer to a write, resolved by a callback once its records are durable (a plain
+        future rather than a task: this is the path of every offset commit)."""
+        out = asyncio.get_running_loop().create_future()
+
+        def settle(durable: asyncio.Future) -> None:
+            if out.done():
+                return
+            try:
+                ok = durable.result()
+                out.set_result(answer(response) if ok else
+                               fail(Errors.NOT_COORDINATOR, "the coordinator log write failed"))
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting handler
+                out.set_exception(exc)
+
+        entry.durable.add_done_callback(settle)
+        return self._track(ctx, out)
+
     def _prepare(self) -> None:
         """Before touching the shard: notice a log cut back by a failed fsync, apply metadata."""
         if self._inflight and self.log.log.end_offset < self._log_end:
@@ -437,7 +467,7 @@ class GroupCoordinator:
                 return self._later(ctx, self._answer_parked(self.park(result.response), answer, fail), in_order=False)
             if entry is None:
                 return answer(result.response)
-            return self._later(ctx, self._answer_when_durable(entry, result, answer, fail), in_order=False)
+            return self._when_durable(ctx, entry, result.response, answer, fail)
         return self._later(ctx, self._write_waiting(req, answer, fail))
 
     async def _write_waiting(self, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any:
