@@ -115,3 +115,73 @@ def evaluation(fleet, tmp_path_factory) -> Evaluation:
     assert result.returncode == 0, result.stderr
     new_in_tmp = {name for name in set(os.listdir("/tmp")) - before if JVM_NAMES.search(name)}
     return Evaluation(out, result.stdout, work, tmpdir, home, new_in_tmp)
+
+
+@dataclass(frozen=True)
+class LiveGroup:
+    bootstrap: str
+    group: str
+    topic: str
+    partitions: int
+    produced: dict       # partition -> records produced
+    client_id: str
+
+
+@pytest.fixture(scope="session")
+def live(tmp_path_factory):
+    """`cohort serve` with a skewed topic and a KIP-848 consumer group that consumed part of it.
+
+    Yields (cluster, consumer); the consumer stays a member until a test closes it.
+    """
+    import time
+
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from cohort.server.testing import ServerProcess
+
+    base = tmp_path_factory.mktemp("live")
+    server = ServerProcess(base / "data", "group.consumer.heartbeat.interval.ms=300",
+                           "group.consumer.min.heartbeat.interval.ms=100", "group.consumer.session.timeout.ms=4000",
+                           "group.consumer.min.session.timeout.ms=1000", log_path=str(base / "server.log")).start()
+    topic, partitions, group, client_id = "orders", 4, "lagging", "lag-e2e"
+    produced = {0: 200, 1: 20, 2: 20, 3: 20}
+    consumer = None
+    try:
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        for name, n in ((topic, partitions), ("unread", 1)):
+            admin.create_topics([NewTopic(name, num_partitions=n, replication_factor=1)])[name].result(10)
+        producer = ck.Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
+        for p, count in produced.items():
+            for i in range(count):
+                producer.produce(topic, value=b"%d" % i, partition=p)
+        producer.produce("unread", value=b"x", partition=0)
+        assert producer.flush(20) == 0
+        consumer = ck.Consumer({"bootstrap.servers": server.bootstrap, "group.id": group, "group.protocol": "consumer",
+                                "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": client_id,
+                                "max.partition.fetch.bytes": 256})
+        consumer.subscribe([topic])
+        seen = {p: 0 for p in produced}
+        deadline = time.monotonic() + 30
+        while not (sum(seen.values()) >= 60 and seen[0] >= 10):  # p0 stays far behind: 200 records
+            assert time.monotonic() < deadline, f"consumed only {seen}"
+            m = consumer.poll(0.1)
+            if m is None or m.error():
+                continue
+            for _ in range(50):  # a heartbeat may bump the epoch while the commit is in flight
+                try:
+                    consumer.commit(message=m, asynchronous=False)
+                    break
+                except ck.KafkaException as exc:
+                    if exc.args[0].code() != ck.KafkaError.STALE_MEMBER_EPOCH:
+                        raise
+                    time.sleep(0.05)
+            seen[m.partition()] += 1
+        yield LiveGroup(server.bootstrap, group, topic, partitions, produced, client_id), consumer
+    finally:
+        if consumer is not None:
+            try:
+                consumer.close()
+            except RuntimeError:  # a test closed it already
+                pass
+        assert server.stop() == 0, f"unclean shutdown, see {base / 'server.log'}"

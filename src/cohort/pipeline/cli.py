@@ -1,4 +1,4 @@
-"""`cohort pipeline simulate|evaluate`: argument handling for the Spark jobs, nothing more.
+"""`cohort pipeline simulate|evaluate|lag`: argument handling for the Spark jobs, nothing more.
 
 `add_parser(subparsers)` plugs `pipeline` into the `cohort` command; `run_job(name, argv)` is the
 entry the job modules use under spark-submit. Bad input prints one line on stderr and exits 2,
@@ -8,6 +8,7 @@ before any Spark session starts; a job that fails once running prints one line a
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -45,6 +46,31 @@ def _fraction(text: str) -> float:
         value = -1.0
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value
+
+
+def _bootstrap(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(text: str) -> float:
+    number, unit = text, "s"
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            number, unit = text[: -len(suffix)], suffix
+            break
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration such as 10s, 500ms or 1m, got {text!r}")
     return value
 
 
@@ -99,12 +125,30 @@ def _configure(pipeline: argparse.ArgumentParser) -> None:
     _common(ev)
     ev.set_defaults(pipeline_job=_evaluate)
 
+    lag = _one_line_errors(jobs.add_parser(
+        "lag",
+        help="sample a live cluster's consumer-group lag into Parquet, with Burrow status and the broker's lag snapshot",
+        description="Structured Streaming from the cohort-lag source into the sample layout (docs/pipeline.md).",
+    ))
+    lag.add_argument("--bootstrap", required=True, type=_bootstrap, metavar="HOST:PORT", help="any Kafka-compatible broker")
+    lag.add_argument("--interval", type=_duration, default=10.0, metavar="DURATION",
+                     help="time between samples: 10s (default), 500ms, 1m, or seconds")
+    lag.add_argument("--once", action="store_true", help="take one sample and stop (availableNow trigger)")
+    lag.add_argument("--window", type=_positive_int, default=10, metavar="N",
+                     help="samples per partition that Burrow's rules look at (default 10)")
+    lag.add_argument("--snapshot-dir", default=None, metavar="DIR",
+                     help="where the cohort-lag-snapshot/1 files go (default OUT/snapshots)")
+    lag.add_argument("--timeout", type=_duration, default=15.0, metavar="DURATION",
+                     help="how long to wait for the cluster per request (default 15s)")
+    _common(lag)
+    lag.set_defaults(pipeline_job=_lag)
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register `pipeline` (with jobs `simulate` and `evaluate`) on the `cohort` subcommand parsers."""
     pipeline = subparsers.add_parser(
         "pipeline",
-        help="Spark jobs over consumer-group lag (simulate, evaluate)",
+        help="Spark jobs over consumer-group lag (simulate, evaluate, lag)",
         description="Spark jobs over consumer-group lag; see docs/pipeline.md.",
     )
     _configure(pipeline)
@@ -186,11 +230,49 @@ def _evaluate(args) -> int:
     return 0
 
 
-def run_parsed(args) -> int:
+def _lag(args, spark=None) -> int:
+    out = _out_dir(args.out)
+    snapshots = Path(args.snapshot_dir) if args.snapshot_dir else out / "snapshots"
+    if snapshots.exists() and not snapshots.is_dir():
+        raise UsageError(f"--snapshot-dir {args.snapshot_dir}: exists and is not a directory")
+    from cohort.pipeline.lag import run
+    from cohort.pipeline.session import spark_session
+    from cohort.pipeline.wire import check
+
+    check(args.bootstrap, args.timeout)  # a wrong address fails here, in seconds, before Spark starts
+    out.mkdir(parents=True, exist_ok=True)
+
+    def report(facts):
+        statuses = ", ".join(f"{g}={s}" for g, s in sorted(facts["status"].items())[:10])
+        print(f"sample {facts['seq']}: {facts['groups']} groups, {facts['partitions']} partitions"
+              + (f" ({statuses})" if statuses else ""), flush=True)
+
+    def go(session):
+        return run(session, args.bootstrap, out, snapshots, interval_s=args.interval, once=args.once,
+                   window=args.window, timeout=args.timeout, on_sample=report)
+
+    if spark is not None:
+        last = go(spark)
+    else:
+        with spark_session(out, master=args.master, app_name="cohort-pipeline-lag",
+                           driver_memory=args.driver_memory) as session:
+            last = go(session)
+    if not last:
+        print(f"no consumer group at {args.bootstrap}; nothing written to {out}")
+    return 0
+
+
+def run_lag(argv: Sequence[str], spark=None) -> int:
+    """`cohort pipeline lag ARGS` in this process, on `spark` if given (it is left running)."""
+    args = build_parser().parse_args(["lag", *argv])
+    return run_parsed(args, lambda a: _lag(a, spark))
+
+
+def run_parsed(args, job=None) -> int:
     """Run the job chosen on the command line; usage errors become one line and exit 2."""
     prog = f"cohort pipeline {args.job}"
     try:
-        return args.pipeline_job(args)
+        return (job or args.pipeline_job)(args)
     except UsageError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -199,8 +281,12 @@ def run_parsed(args) -> int:
         return EXIT_USAGE
     except Exception as e:  # a failed Spark job: one line, not a JVM stack trace
         from cohort.pipeline.session import spark_error_line
+        from cohort.pipeline.wire import WireError
 
-        line = spark_error_line(e)
+        line = str(e) if isinstance(e, WireError) else spark_error_line(e)
+        wire_error = re.search(r"WireError: (.+)", str(e))  # raised in a Python worker, inside a Spark error
+        if line is not None and wire_error and not isinstance(e, WireError):
+            line = wire_error.group(1).strip()
         if line is None:
             raise
         print(f"{prog}: failed: {line}", file=sys.stderr)

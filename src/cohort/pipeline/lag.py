@@ -1,0 +1,237 @@
+"""`cohort pipeline lag`: Structured Streaming from `cohort-lag` into the sample layout, with status.
+
+Every micro-batch is one sample of the cluster (`cohort.pipeline.sources`). `foreachBatch` writes:
+
+    OUT/partitions/, OUT/members/      the sample, in the layout of docs/pipeline.md
+    OUT/status/                        per group, topic, partition: Burrow's status over the window
+    OUT/group_status/                  per group: worst status, total lag, partitions by status
+    OUT/member_lag/                    per member: partitions owned and their total lag
+    SNAPSHOTS/lag-<seq>.json           the broker's `cohort-lag-snapshot/1` file
+
+all partitioned by date and group bucket. A micro-batch that Spark replays after a crash writes
+the same sample number again: its files are first written under OUT/_staging/<seq>/, then the
+sample's earlier files (`part-s<seq>-*`) are removed and the new ones renamed into place, so a
+sample is never in a table twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from cohort.pipeline import burrow, layout
+
+STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE = "status", "group_status", "member_lag"
+STAGING, CHECKPOINTS = "_staging", "_checkpoints"
+
+STATUS_SCHEMA = pa.schema(
+    [
+        pa.field("sample_seq", pa.int64(), nullable=False),
+        pa.field("sample_time", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("status", pa.string()),
+        pa.field("window_samples", pa.int32(), nullable=False),
+        pa.field("first_lag", pa.int64()),
+        pa.field("last_lag", pa.int64()),
+        pa.field("committed_offset", pa.int64()),
+        pa.field("member_id", pa.string()),
+    ]
+)
+
+
+def _statuses(window: int):
+    def evaluate(pdf):
+        import pandas as pd
+
+        pdf = pdf.sort_values("sample_seq")
+        last = pdf.iloc[-1]
+        committed = [None if pd.isna(v) else int(v) for v in pdf["committed_offset"]]
+        lags = [None if pd.isna(v) else int(v) for v in pdf["lag"]]
+        owner = None if pd.isna(last["member_id"]) else last["member_id"]
+        known = [v for v in lags if v is not None]
+        return pd.DataFrame([{
+            "sample_seq": int(last["sample_seq"]), "sample_time": last["sample_time"], "group_id": last["group_id"],
+            "topic": last["topic"], "partition": int(last["partition"]),
+            "status": burrow.partition_status(committed, lags, owner is not None),
+            "window_samples": len(pdf), "first_lag": known[0] if known else None,
+            "last_lag": lags[-1], "committed_offset": committed[-1], "member_id": owner,
+        }])
+
+    return evaluate
+
+
+def _with_layout(df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn("date", F.to_date("sample_time")).withColumn("group_bucket", layout.bucket_column())
+
+
+def _publish(staged: Path, final: Path, seq: int) -> None:
+    """Move a staged table's files into `final`, replacing whatever an earlier attempt of `seq` left."""
+    prefix = f"part-s{seq:020d}-"
+    for old in final.glob(f"*/*/{prefix}*"):
+        old.unlink()
+    for n, f in enumerate(sorted(staged.glob("*/*/part-*.parquet"))):
+        target = final / f.parent.parent.name / f.parent.name
+        target.mkdir(parents=True, exist_ok=True)
+        f.rename(target / f"{prefix}{n:05d}.parquet")
+
+
+SNAPSHOT_FORMAT = "cohort-lag-snapshot/1"
+
+
+def write_snapshot(directory: Path, seq: int, sample_time: str, groups: dict) -> Path:
+    """One `cohort-lag-snapshot/1` file (docs/lag.md), atomically: NAME.tmp, fsync, rename.
+
+    Written here rather than through `cohort.broker.lag_snapshot`, whose package imports the
+    wire codec, which imports hypothesis, which creates `.hypothesis/` in the working directory.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"lag-{seq:020d}.json"
+    tmp = path.with_name(path.name + ".tmp")
+    body = {"format": SNAPSHOT_FORMAT, "sample_seq": seq, "sample_time": sample_time, "groups": groups}
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(body, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dict | None:
+    """Write one sample (a `cohort-lag` frame with table=all) and its status; returns counts, None if empty."""
+    from pyspark.sql import functions as F
+
+    batch = batch.persist()
+    try:
+        seqs = [r[0] for r in batch.select("sample_seq").distinct().collect()]
+        if not seqs:
+            return None
+        seq = max(seqs)
+        partitions = batch.where(F.col("kind") == "partition").select(*layout.PARTITION_SCHEMA.names)
+        members = batch.where(F.col("kind") == "member").select(*layout.MEMBER_SCHEMA.names)
+        staging = out / STAGING / f"{seq:020d}"
+        shutil.rmtree(staging, ignore_errors=True)
+
+        def stage(name, df, order):
+            (_with_layout(df).sortWithinPartitions(*layout.PARTITION_COLUMNS, *order)
+             .write.mode("overwrite").partitionBy(*layout.PARTITION_COLUMNS).parquet(str(staging / name)))
+
+        stage(layout.PARTITIONS_TABLE, partitions, ("group_id", "topic", "partition"))
+        stage(layout.MEMBERS_TABLE, members, ("group_id", "member_id"))
+        member_lag = (partitions.where(F.col("member_id").isNotNull())
+                      .groupBy("sample_seq", "sample_time", "group_id", "member_id", "client_id", "client_host")
+                      .agg(F.count("*").cast("int").alias("partitions"), F.sum(F.coalesce("lag", F.lit(0))).alias("total_lag")))
+        stage(MEMBER_LAG_TABLE, member_lag, ("group_id", "member_id"))
+        # the window: this sample and the window-1 before it, read back from what earlier batches published
+        earlier = out / layout.PARTITIONS_TABLE
+        history = partitions.select("sample_seq", "sample_time", "group_id", "topic", "partition",
+                                    "committed_offset", "lag", "member_id")
+        if any(earlier.glob("*/*/*.parquet")):
+            past = (spark.read.schema(layout.spark_schema(layout.PARTITION_SCHEMA)).parquet(str(earlier))
+                    .where((F.col("sample_seq") > seq - window) & (F.col("sample_seq") < seq))
+                    .select(*history.columns))
+            history = history.unionByName(past.join(partitions.select("group_id", "topic", "partition"),
+                                                    ["group_id", "topic", "partition"], "left_semi"))
+        status = history.groupBy("group_id", "topic", "partition").applyInPandas(
+            _statuses(window), layout.spark_schema(STATUS_SCHEMA)).persist()
+        stage(STATUS_TABLE, status, ("group_id", "topic", "partition"))
+        rows = status.select("group_id", "topic", "partition", "status").collect()
+        lags = partitions.select("group_id", "topic", "partition", "lag", "sample_time").collect()
+        by_group: dict[str, list] = {}
+        for r in rows:
+            by_group.setdefault(r.group_id, []).append(r.status)
+        totals: dict[str, int] = {}
+        snapshot: dict[str, dict[str, list]] = {}
+        for r in lags:
+            totals[r.group_id] = totals.get(r.group_id, 0) + (r.lag or 0)
+            topic = snapshot.setdefault(r.group_id, {}).setdefault(r.topic, [])
+            topic.extend([None] * (r.partition + 1 - len(topic)))
+            topic[r.partition] = r.lag
+        sample_time = lags[0].sample_time if lags else batch.select(F.min("sample_time")).first()[0]
+        group_rows = [{"sample_seq": seq, "sample_time": sample_time, "group_id": g,
+                       "status": burrow.group_status(s), "total_lag": totals.get(g, 0),
+                       **{f"partitions_{name.lower()}": s.count(name) for name in burrow.SEVERITY}}
+                      for g, s in sorted(by_group.items())]
+        if group_rows:
+            stage(GROUP_STATUS_TABLE, spark.createDataFrame(group_rows), ("group_id",))
+        for name in (layout.PARTITIONS_TABLE, layout.MEMBERS_TABLE, STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE):
+            if (staging / name).is_dir():
+                _publish(staging / name, out / name, seq)
+        shutil.rmtree(staging, ignore_errors=True)
+        status.unpersist()
+        when = sample_time.astimezone(dt.timezone.utc)  # collect() gives naive local time, which this reads right
+        write_snapshot(snapshots, seq, when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), snapshot)
+        return {"seq": seq, "groups": len(group_rows), "partitions": len(lags),
+                "status": {g["group_id"]: g["status"] for g in group_rows}}
+    finally:
+        batch.unpersist()
+
+
+def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float, once: bool,
+        window: int = 10, timeout: float = 15.0, on_sample=None):
+    """Run the stream until it stops (`once`) or is interrupted; returns the last sample's counts."""
+    from cohort.pipeline.sources import register
+
+    register(spark)
+    last: dict = {}
+
+    busy = threading.Event()  # a sample is being written
+
+    def each(batch, batch_id):
+        busy.set()
+        try:
+            facts = process_sample(spark, batch, out, snapshots, window)
+        finally:
+            busy.clear()
+        if facts:
+            last.update(facts)
+            if on_sample:
+                on_sample(facts)
+
+    stream = (spark.readStream.format("cohort-lag").option("bootstrap", bootstrap).option("table", "all")
+              .option("timeout", str(timeout)).load())
+    writer = stream.writeStream.foreachBatch(each).option("checkpointLocation", str(out / CHECKPOINTS / "lag"))
+    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{interval_s} seconds")
+    stopping = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    query = writer.start()
+    try:
+        while not query.awaitTermination(0.5):
+            if stopping.is_set():  # Ctrl-C: let the running sample finish, then stop between samples
+                deadline = time.monotonic() + 120
+                while busy.is_set() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                query.stop()
+                break
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        staging = out / STAGING
+        if staging.is_dir() and not any(staging.iterdir()):
+            staging.rmdir()
+    return last
+
+
+def main(argv=None) -> int:
+    """`spark-submit src/cohort/pipeline/lag.py --bootstrap HOST:PORT --out DIR ...`."""
+    from cohort.pipeline.cli import run_job
+
+    return run_job("lag", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
