@@ -17,8 +17,6 @@ sample is never in a table twice.
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 import shutil
 import signal
 import sys
@@ -28,6 +26,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from cohort.broker import lag_snapshot
 from cohort.pipeline import burrow, layout
 
 STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE = "status", "group_status", "member_lag"
@@ -88,25 +87,10 @@ def _publish(staged: Path, final: Path, seq: int) -> None:
         f.rename(target / f"{prefix}{n:05d}.parquet")
 
 
-SNAPSHOT_FORMAT = "cohort-lag-snapshot/1"
-
-
 def write_snapshot(directory: Path, seq: int, sample_time: str, groups: dict) -> Path:
-    """One `cohort-lag-snapshot/1` file (docs/lag.md), atomically: NAME.tmp, fsync, rename.
-
-    Written here rather than through `cohort.broker.lag_snapshot`, whose package imports the
-    wire codec, which imports hypothesis, which creates `.hypothesis/` in the working directory.
-    """
+    """One `cohort-lag-snapshot/1` file (docs/lag.md), in the broker's own format and writer."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"lag-{seq:020d}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    body = {"format": SNAPSHOT_FORMAT, "sample_seq": seq, "sample_time": sample_time, "groups": groups}
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(body, f, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return Path(lag_snapshot.write_snapshot(str(directory), seq, sample_time, groups))
 
 
 def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dict | None:
