@@ -426,3 +426,28 @@ def test_bad_storage_configs_are_refused_with_invalid_config(tmp_path):
     b.create_topic("t", 1, {"min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "0", "flush.ms": "10"})
     assert b.logs[("t", 0)].flush_ms == 10
     b.close()
+
+
+def test_a_failed_metadata_write_leaves_topics_as_they_were(tmp_path):
+    b = make(tmp_path)
+    try:
+        b.create_topic("kept", 2, {"retention.ms": "1000"})
+        real_save = b.store.save
+
+        def full_disk(state):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        b.store.save = full_disk
+        for attempt in (lambda: b.create_topic("new", 1),
+                        lambda: b.delete_topic("kept"),
+                        lambda: b.set_topic_configs("kept", {"retention.ms": "5"})):
+            with pytest.raises(codes.BrokerError) as info:
+                attempt()
+            assert info.value.code == codes.KAFKA_STORAGE_ERROR
+        assert "new" not in b.state.topics
+        assert b.state.topics["kept"].configs == {"retention.ms": "1000"}
+        b.store.save = real_save
+        b.delete_topic("kept")
+        assert "kept" not in b.state.topics
+    finally:
+        b.close()

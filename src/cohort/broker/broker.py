@@ -231,17 +231,29 @@ class Broker:
                 resolved[key] = value
         return partitions, resolved
 
+    def _persist_topic(self, name: str, topic: Topic | None) -> None:
+        """Store `topic` under `name` (None removes it) and persist the metadata; if that
+        fails, the previous entry is put back and the caller gets KAFKA_STORAGE_ERROR."""
+        previous = self.state.topics.get(name)
+        if topic is None:
+            del self.state.topics[name]
+        else:
+            self.state.topics[name] = topic
+        try:
+            self.store.save(self.state)
+        except OSError as exc:
+            if previous is None:
+                self.state.topics.pop(name, None)
+            else:
+                self.state.topics[name] = previous
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+
     def create_topic(self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1, internal: bool = False) -> Topic:
         partitions, resolved = self.validate_new_topic(name, partitions, replication_factor, configs or {})
         if name.startswith("__") and not internal:
             raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
         topic = Topic(name, new_topic_id(), partitions, resolved, internal)
-        self.state.topics[name] = topic
-        try:
-            self.store.save(self.state)
-        except OSError as exc:
-            del self.state.topics[name]
-            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+        self._persist_topic(name, topic)
         self._open_partitions(topic)
         self._topics_changed()
         return topic
@@ -252,12 +264,7 @@ class Broker:
             raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         if topic.internal:
             raise BrokerError(INVALID_TOPIC_EXCEPTION, f"internal topic {name!r} cannot be deleted")
-        del self.state.topics[name]
-        try:
-            self.store.save(self.state)
-        except OSError as exc:
-            self.state.topics[name] = topic
-            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+        self._persist_topic(name, None)
         for p in range(topic.partitions):
             log = self.logs.pop((name, p))
             log.close()
@@ -278,12 +285,7 @@ class Broker:
             if why:
                 raise BrokerError(INVALID_CONFIG, why)
         updated = dataclasses.replace(topic, configs=dict(configs))
-        self.state.topics[name] = updated
-        try:
-            self.store.save(self.state)
-        except OSError as exc:
-            self.state.topics[name] = topic
-            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+        self._persist_topic(name, updated)
         for p in range(topic.partitions):
             self._apply_policy(updated, self.logs[(name, p)])
         return updated
