@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from cohort.coordinator.classic_group import ClassicGroup, ClassicGroupState, ClassicMember
 from cohort.coordinator.errors import CoordinatorError, Errors
+from cohort.coordinator.static_members import check_instance_owner
 from cohort.coordinator.records import GroupMetadataKey
 from cohort.coordinator.requests import (
     DescribedClassicGroup,
@@ -171,12 +172,7 @@ def _join_existing_member(shard, group: ClassicGroup, req: JoinGroupRequest, pro
 def _validate_member(group: ClassicGroup, member_id: str, instance_id: str | None) -> ClassicMember:
     """Kafka's validateMember: a static member must be the current owner of its instance id."""
     if instance_id is not None:
-        owner = group.static_members.get(instance_id)
-        if owner is None:
-            raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if owner != member_id:
-            raise CoordinatorError(Errors.FENCED_INSTANCE_ID,
-                                   f"Static member {member_id} with instance id {instance_id} was fenced by member {owner}.")
+        check_instance_owner(group.static_members, member_id, instance_id)
     member = group.members.get(member_id)
     if member is None:
         raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")

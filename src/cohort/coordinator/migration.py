@@ -37,6 +37,7 @@ from cohort.coordinator.consumer_protocol import (
     encode_assignment,
 )
 from cohort.coordinator.errors import CoordinatorError, Errors
+from cohort.coordinator.static_members import check_instance_owner
 from cohort.coordinator.records import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -289,12 +290,7 @@ def join(shard: "GroupCoordinatorShard", group: ConsumerGroup, req: JoinGroupReq
 def _classic_member(group: ConsumerGroup, member_id: str, instance_id: str | None, generation: int
                     ) -> ConsumerGroupMember:
     if instance_id is not None:
-        owner = group.static_members.get(instance_id)
-        if owner is None:
-            raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if owner != member_id:
-            raise CoordinatorError(Errors.FENCED_INSTANCE_ID,
-                                   f"Static member {member_id} with instance id {instance_id} was fenced by member {owner}.")
+        check_instance_owner(group.static_members, member_id, instance_id)
     member = group.members.get(member_id)
     if member is None or member.classic_member_metadata is None:
         raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a classic member of group "

@@ -73,6 +73,7 @@ from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.lag import NO_LOG_OFFSETS, LogOffsets, partition_lags
 from cohort.coordinator.metadata import EMPTY_IMAGE, MetadataImage
 from cohort.coordinator.reconcile import reconcile
+from cohort.coordinator.static_members import check_instance_owner
 from cohort.coordinator.records import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -522,13 +523,7 @@ class GroupCoordinatorShard:
                     known = True
                     group = self.state.groups[gid]
             else:
-                if owner is None:
-                    raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {iid} is unknown.")
-                if owner_id != member_id:
-                    raise CoordinatorError(
-                        Errors.FENCED_INSTANCE_ID,
-                        f"Static member {member_id} with instance id {iid} was fenced by member {owner_id}.",
-                    )
+                check_instance_owner(group.static_members, member_id, iid)
                 member = owner
                 _check_member_epoch(member, epoch, req.topic_partitions)
 
@@ -685,14 +680,7 @@ class GroupCoordinatorShard:
             if member is None:
                 raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {gid}.")
         else:
-            owner_id = group.static_members.get(iid)
-            if owner_id is None:
-                raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {iid} is unknown.")
-            if owner_id != member_id:
-                raise CoordinatorError(
-                    Errors.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {iid} was fenced by member {owner_id}.",
-                )
+            owner_id = check_instance_owner(group.static_members, member_id, iid)
             member = group.members[owner_id]
             if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 parked = member._replace(member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
