@@ -302,7 +302,7 @@ class GroupCoordinator:
         last = self._conn_last.get(id(ctx))
         return last is None or last.done()
 
-    def _later(self, ctx: Any, coro, *, in_order: bool = True) -> asyncio.Task:
+    def _later(self, ctx: Any, coro, *, in_order: bool = True) -> asyncio.Future:
         """Run ``coro`` as a task. With ``in_order`` it starts once the connection's previous
         request is answered (Kafka handles one request per connection at a time); later
         requests of the connection wait behind it either way."""
@@ -314,15 +314,7 @@ class GroupCoordinator:
                 await asyncio.wait((previous,))
             return await coro
 
-        task = asyncio.ensure_future(run())
-        self._conn_last[key] = task
-
-        def done(_: asyncio.Task) -> None:
-            if self._conn_last.get(key) is task:
-                del self._conn_last[key]
-
-        task.add_done_callback(done)
-        return task
+        return self._track(ctx, asyncio.ensure_future(run()))
 
     def _track(self, ctx: Any, fut: asyncio.Future) -> asyncio.Future:
         """Make ``fut`` the connection's last pending request, so later ones wait behind it."""
