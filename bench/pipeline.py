@@ -4,9 +4,10 @@
     python bench/pipeline.py --groups 100000 --agg-rows 2000000   # a quicker run
 
 1. Simulate GROUPS groups (20 partitions each, --samples samples) with `cohort pipeline simulate`'s code.
-2. For each assignor alone, then all together: the scoring stage of `evaluate` (read Parquet,
-   shuffle by group, sort, mapInArrow running the assignor, write the scores as Parquet), timed,
-   as groups/s (group samples per second when --samples > 1). Then the whole `evaluate` job once.
+2. For each assignor alone, then all together: the scoring stage of `evaluate` (read the
+   group-sample Parquet table, with more than one sample shuffle it by group and sort, mapInArrow
+   running the assignor, write the scores as Parquet), timed, as groups/s (group samples per
+   second when --samples > 1). Then the whole `evaluate` job once.
 3. Lag aggregation over AGG_ROWS partition samples (a simulated fleet with one sample): per group
    and sample, total lag, max partition lag and partition count, and per member the total lag.
    Spark (the same session) beside DuckDB (threads = Spark's cores) on the same Parquet files; the
@@ -46,12 +47,13 @@ def bench_evaluate(spark, work: Path, groups: int, samples: int, partitions: int
     (sim_t,), _ = _timed(lambda: write_fleet(spark, fleet, groups, FleetParams(samples=samples, partitions=partitions)))
     print(f"simulate: {groups:,} groups x {samples} samples x {partitions} partitions in {sim_t:.1f} s", flush=True)
     p, m = evaluate.load_samples(spark, str(fleet))
+    rows, grouped = evaluate.load_group_samples(spark, str(fleet), p, m)
     results = {"simulate_s": sim_t, "assignors": {}}
     group_samples = groups * samples
     for run in [[n] for n in names] + ([names] if len(names) > 1 else []):
         label = ",".join(run)
         out = work / f"scores-{label}"
-        (t,), _ = _timed(lambda: evaluate.score(spark, p, m, run).write.mode("overwrite").parquet(str(out)))
+        (t,), _ = _timed(lambda: evaluate.score(spark, rows, run, grouped).write.mode("overwrite").parquet(str(out)))
         rate = group_samples / t
         results["assignors"][label] = {"seconds": t, "group_samples_per_s": rate}
         print(f"evaluate scoring [{label}]: {t:.1f} s, {rate:,.0f} group samples/s", flush=True)

@@ -81,3 +81,23 @@ def test_report_names_the_winner_and_has_charts(evaluated):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
         assert f"(charts/{chart})" in text
     assert "| group-" in text
+
+
+def test_samples_without_the_group_sample_table_score_the_same(spark, fleet, evaluated, tmp_path):
+    """A samples directory holding only the flat tables (as older `lag` runs wrote) is grouped in Spark."""
+    import shutil
+
+    from cohort.pipeline import evaluate, layout
+
+    out, _ = evaluated
+    flat_only = tmp_path / "flat-only"
+    for table in (layout.PARTITIONS_TABLE, layout.MEMBERS_TABLE):
+        shutil.copytree(fleet.dir / table, flat_only / table)
+    p, m = evaluate.load_samples(spark, str(flat_only))
+    rows, grouped = evaluate.load_group_samples(spark, str(flat_only), p, m)
+    assert grouped
+    key = ["group_id", "sample_seq", "assignor"]
+    got = evaluate.score(spark, rows, ASSIGNORS, grouped).orderBy(*key).collect()
+    want = spark.read.parquet(str(out / "scores")).orderBy(*key).collect()
+    assert len(got) == fleet.groups * fleet.samples * len(ASSIGNORS)
+    assert [r.asDict() for r in got] == [r.asDict() for r in want]

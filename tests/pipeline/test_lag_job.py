@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from cohort.broker.lag_snapshot import SnapshotLagProvider, read_snapshot
-from cohort.pipeline import burrow, layout
+from cohort.pipeline import burrow, group_samples, layout
 from cohort.pipeline.cli import run_lag
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -74,6 +74,14 @@ def test_partition_rows_match_offset_fetch_and_list_offsets(spark, live, runs):
     member_lag = [r for r in rows(spark, out, "member_lag") if r["group_id"] == cluster.group]
     assert [(r["sample_seq"], r["member_id"], r["partitions"], r["total_lag"]) for r in member_lag] == [
         (1, member_id, cluster.partitions, sum(r["lag"] or 0 for r in mine))]
+    grouped = sorted((r for r in rows(spark, out, group_samples.TABLE) if r["group_id"] == cluster.group),
+                     key=lambda r: r["sample_seq"])
+    assert [(r["sample_seq"], r["members"], r["topics"]) for r in grouped] == [
+        (1, [member_id], [cluster.topic]), (2, [], [cluster.topic])]
+    first = grouped[0]
+    assert (first["partitions"], first["lags"]) == ([r["partition"] for r in mine], [r["lag"] for r in mine])
+    assert first["owners"] == [0] * cluster.partitions and first["member_topics"] == [[0]]
+    assert grouped[1]["owners"] == [None] * cluster.partitions
 
 
 def test_restart_continues_with_the_next_sample_and_repeats_none(spark, live, runs):
@@ -125,7 +133,7 @@ def test_lag_snapshot_is_read_by_the_broker_provider(live, runs):
 def test_nothing_is_written_outside_out(runs):
     out = runs[0]
     assert sorted(p.name for p in out.iterdir() if p.name != "_staging") == [
-        "_checkpoints", "group_status", "member_lag", "members", "partitions", "snapshots", "status"]
+        "_checkpoints", "group_samples", "group_status", "member_lag", "members", "partitions", "snapshots", "status"]
 
 
 @pytest.mark.parametrize("argv, message", [

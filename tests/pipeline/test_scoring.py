@@ -12,7 +12,8 @@ import pytest
 from cohort import assignors
 from cohort.pipeline import layout
 from cohort.pipeline.fleet import FleetParams, generate
-from cohort.pipeline.scoring import eval_rows, score_batches
+from cohort.pipeline.group_samples import convert_flat_batches, flat_rows, from_flat
+from cohort.pipeline.scoring import SCORE_SCHEMA, score_batches
 
 T0 = dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc)
 
@@ -60,11 +61,14 @@ def samples(rows_p, rows_m):
     return p, m
 
 
-def run(p, m, names, chunk=None):
-    rows = eval_rows(p, m)
+def run(p, m, names, chunk=None, flat=False):
+    """Scores of the samples, from group-sample rows (evaluate's main path) or flat rows (its fallback)."""
+    rows = flat_rows(p, m) if flat else from_flat(p, m)
     batches = rows.to_batches(max_chunksize=chunk) if chunk else rows.to_batches()
+    if flat:
+        batches = convert_flat_batches(batches)
     found = [assignors.get(n) if isinstance(n, str) else n for n in names]
-    out = pa.Table.from_batches(list(score_batches(batches, found)))
+    out = pa.Table.from_batches(list(score_batches(batches, found)), schema=SCORE_SCHEMA)
     return sorted(out.to_pylist(), key=lambda r: (r["group_id"], r["sample_seq"], r["assignor"]))
 
 
@@ -134,9 +138,16 @@ def test_moves_follow_each_assignors_own_history():
 def test_groups_split_across_batches_score_the_same():
     p, m = generate(np.arange(40), FleetParams(samples=3, seed=1))
     whole = run(p, m, ["range", "lag"])
-    for chunk in (7, 64, 501):
+    for chunk in (1, 2, 7, 64):
         assert run(p, m, ["range", "lag"], chunk=chunk) == whole
     assert len(whole) == 40 * 3 * 2
+
+
+def test_flat_rows_score_the_same_as_group_samples():
+    p, m = generate(np.arange(40), FleetParams(samples=3, seed=3))
+    whole = run(p, m, ["uniform", "range", "lag"])
+    for chunk in (None, 7, 501):
+        assert run(p, m, ["uniform", "range", "lag"], chunk=chunk, flat=True) == whole
 
 
 def test_total_lag_is_the_sum_of_the_samples_lags():
@@ -194,13 +205,13 @@ def test_null_lag_counts_as_zero():
 def test_groups_may_arrive_in_any_order():
     # Spark sorts by a hash of the group id first: groups are contiguous but not in id order
     p, m = generate(np.arange(25), FleetParams(samples=2, seed=2))
-    rows = eval_rows(p, m)
+    rows = flat_rows(p, m)
     order = {g: i for i, g in enumerate(sorted(set(rows["group_id"].to_pylist()), key=lambda g: zlib.crc32(g.encode())))}
     keys = np.array([order[g] for g in rows["group_id"].to_pylist()])
     shuffled = rows.take(np.argsort(keys, kind="stable"))
     found = [assignors.get("lag")]
-    got = pa.Table.from_batches(list(score_batches(shuffled.to_batches(max_chunksize=33), found))).to_pylist()
-    want = pa.Table.from_batches(list(score_batches(rows.to_batches(), found))).to_pylist()
+    got = pa.Table.from_batches(list(score_batches(convert_flat_batches(shuffled.to_batches(max_chunksize=33)), found))).to_pylist()
+    want = pa.Table.from_batches(list(score_batches(convert_flat_batches(rows.to_batches()), found))).to_pylist()
     key = lambda r: (r["group_id"], r["sample_seq"])  # noqa: E731
     assert sorted(got, key=key) == sorted(want, key=key)
     assert [r["group_id"] for r in got] != [r["group_id"] for r in sorted(got, key=key)]

@@ -47,3 +47,20 @@ def test_rows_are_the_generators_rows(spark, fleet):
         F.col("lag") != F.col("end_offset") - F.col("committed_offset")
     )
     assert lag_ok.count() == 0
+
+
+def test_group_samples_are_the_flat_tables_grouped(spark, fleet):
+    from cohort.pipeline import group_samples
+
+    df = spark.read.parquet(str(fleet.dir / group_samples.TABLE))
+    expected = [(f.name, f.dataType.simpleString()) for f in layout.spark_schema(group_samples.SCHEMA)]
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema][: len(expected)] == expected
+    assert df.count() == fleet.groups * fleet.samples
+    pairs = df.select("group_id", "group_bucket").distinct().collect()
+    assert all(layout.group_bucket(r.group_id) == r.group_bucket for r in pairs)
+    flat_p, flat_m = generate(range(fleet.groups), FleetParams(samples=fleet.samples, seed=fleet.seed))
+    got = sorted((r.group_id, r.sample_seq, r.members, r.lags, r.owners) for r in
+                 df.select("group_id", "sample_seq", "members", "lags", "owners").collect())
+    want = sorted((r["group_id"], r["sample_seq"], r["members"], r["lags"], r["owners"])
+                  for r in group_samples.from_flat(flat_p, flat_m).to_pylist())
+    assert got == want

@@ -1,8 +1,12 @@
 """`cohort pipeline evaluate`: which assignor would serve each group best, on recorded lag samples.
 
-Rows of both sample tables are shuffled by group and sorted, then `mapInArrow` hands whole groups
-to `cohort.pipeline.scoring`, which runs the assignors (the same code the broker runs) and scores
-them. The scores are written first and the summaries read them back, so the assignors run once.
+The input is the samples' group-sample table (`cohort.pipeline.group_samples`: one row per group
+and sample), or, for a samples directory without one, the same rows built in Spark from the flat
+tables. `mapInArrow` hands batches of whole groups to `cohort.pipeline.scoring`, which runs the
+assignors (the same code the broker runs) and scores them. When every group has one sample the
+rows are independent and go straight from the files to the assignors; otherwise they are first
+shuffled by group and sorted by sample. The scores are written first and the summaries read them
+back, so the assignors run once.
 Runnable as `spark-submit src/cohort/pipeline/evaluate.py --samples DIR --out DIR`.
 
 Outputs under OUT: `scores/` (group, sample, assignor), `group_summary/` (group, assignor),
@@ -14,8 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cohort.pipeline import layout
-from cohort.pipeline.scoring import EVAL_ORDER, EVAL_SCHEMA, MEMBER_ROW, PARTITION_ROW, SCORE_SCHEMA
+from cohort.pipeline import group_samples, layout
+from cohort.pipeline.scoring import SCORE_SCHEMA
 
 DEFAULT_ASSIGNORS = ("uniform", "range", "lag")
 QUANTILES = (0.5, 0.9, 0.99)
@@ -53,39 +57,39 @@ def load_samples(spark, samples: str):
     return frames[0], frames[1]
 
 
-def evaluation_rows(partitions, members):
-    """Both tables as one frame of `EVAL_SCHEMA` rows (kind 0: member, kind 1: partition)."""
+def load_group_samples(spark, samples: str, partitions, members, num_partitions: int | None = None):
+    """The group-sample rows of a samples directory and whether they are already grouped.
+
+    (frame, grouped): grouped means each group's samples sit in one Spark partition in ascending
+    order, as `spark_frame` builds them from the flat tables when the directory has no table of
+    its own.
+    """
+    from pyspark.errors import AnalysisException
+
+    path = f"{samples.rstrip('/')}/{group_samples.TABLE}"
+    try:
+        df = spark.read.parquet(path)
+    except AnalysisException:
+        n = num_partitions or _default_partitions(spark, partitions, members)
+        return group_samples.spark_frame(partitions, members, n), True
+    missing = sorted(set(group_samples.SCHEMA.names) - set(df.columns))
+    if missing:
+        raise SamplesError(f"{path}: not a {group_samples.TABLE} table, missing columns {', '.join(missing)}")
+    return df.select(*group_samples.SCHEMA.names), False
+
+
+def _default_partitions(spark, *frames) -> int:
+    return max(2 * spark.sparkContext.defaultParallelism, sum(f.rdd.getNumPartitions() for f in frames))
+
+
+def score(spark, rows, assignor_names, grouped: bool = False, num_partitions: int | None = None):
+    """The per (group, sample, assignor) scores DataFrame (lazy) of group-sample rows."""
     from pyspark.sql import functions as F
 
-    def null(name):
-        return F.lit(None).cast(layout.spark_schema(EVAL_SCHEMA)[name].dataType).alias(name)
-
-    p = partitions.select(
-        "group_id", "sample_seq", "sample_time", F.lit(PARTITION_ROW).cast("byte").alias("kind"),
-        "member_id", "topic", F.col("partition").cast("int").alias("partition"), "lag",
-        null("rack"), null("instance_id"), null("subscribed_topics"), "replica_racks",
-    )
-    m = members.select(
-        "group_id", "sample_seq", "sample_time", F.lit(MEMBER_ROW).cast("byte").alias("kind"),
-        "member_id", null("topic"), null("partition"), null("lag"),
-        "rack", "instance_id", "subscribed_topics", null("replica_racks"),
-    )
-    return p.unionByName(m)
-
-
-def score(spark, partitions, members, assignor_names, num_partitions: int | None = None):
-    """The per (group, sample, assignor) scores DataFrame (lazy)."""
-    from pyspark.sql import functions as F
-
-    rows = evaluation_rows(partitions, members)
-    n = num_partitions or max(
-        2 * spark.sparkContext.defaultParallelism,
-        partitions.rdd.getNumPartitions() + members.rdd.getNumPartitions(),
-    )
-    # Sorting by a hash of the group id first gives the sorter an 8-byte prefix that tells groups
-    # apart (group ids often share their first 8 bytes); groups stay contiguous either way.
-    grouped = rows.repartition(n, "group_id").sortWithinPartitions(F.xxhash64("group_id"), *EVAL_ORDER)
-    return grouped.mapInArrow(_score_fn(tuple(assignor_names)), layout.spark_schema(SCORE_SCHEMA))
+    if not grouped and rows.select("sample_seq").distinct().limit(2).count() > 1:
+        n = num_partitions or _default_partitions(spark, rows)
+        rows = rows.repartition(n, "group_id").sortWithinPartitions(F.xxhash64("group_id"), "group_id", "sample_seq")
+    return rows.mapInArrow(_score_fn(tuple(assignor_names)), layout.spark_schema(SCORE_SCHEMA))
 
 
 def group_summary(scores):
@@ -179,7 +183,8 @@ def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, 
         return spark.read.parquet(str(out / name))
 
     partitions, members = load_samples(spark, samples)
-    scores = written(score(spark, partitions, members, assignor_names, num_partitions), "scores")
+    rows, grouped = load_group_samples(spark, samples, partitions, members, num_partitions)
+    scores = written(score(spark, rows, assignor_names, grouped, num_partitions), "scores")
     summary = written(group_summary(scores), "group_summary")
     winners = written(group_winners(summary), "group_winners")
     totals = written(overall(scores, winners), "overall", files=1)

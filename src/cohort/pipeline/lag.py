@@ -3,6 +3,7 @@
 Every micro-batch is one sample of the cluster (`cohort.pipeline.sources`). `foreachBatch` writes:
 
     OUT/partitions/, OUT/members/      the sample, in the layout of docs/pipeline.md
+    OUT/group_samples/                 the same sample, one row per group (what `evaluate` reads)
     OUT/status/                        per group, topic, partition: Burrow's status over the window
     OUT/group_status/                  per group: worst status, total lag, partitions by status
     OUT/member_lag/                    per member: partitions owned and their total lag
@@ -27,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from cohort.broker import lag_snapshot
-from cohort.pipeline import burrow, layout
+from cohort.pipeline import burrow, group_samples, layout
 
 STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE = "status", "group_status", "member_lag"
 STAGING, CHECKPOINTS = "_staging", "_checkpoints"
@@ -114,6 +115,8 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
 
         stage(layout.PARTITIONS_TABLE, partitions, ("group_id", "topic", "partition"))
         stage(layout.MEMBERS_TABLE, members, ("group_id", "member_id"))
+        grouped = group_samples.spark_frame(partitions, members, spark.sparkContext.defaultParallelism)
+        stage(group_samples.TABLE, grouped, ("group_id",))
         member_lag = (partitions.where(F.col("member_id").isNotNull())
                       .groupBy("sample_seq", "sample_time", "group_id", "member_id", "client_id", "client_host")
                       .agg(F.count("*").cast("int").alias("partitions"), F.sum(F.coalesce("lag", F.lit(0))).alias("total_lag")))
@@ -150,7 +153,9 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
                       for g, s in sorted(by_group.items())]
         if group_rows:
             stage(GROUP_STATUS_TABLE, spark.createDataFrame(group_rows), ("group_id",))
-        for name in (layout.PARTITIONS_TABLE, layout.MEMBERS_TABLE, STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE):
+        tables = (layout.PARTITIONS_TABLE, layout.MEMBERS_TABLE, group_samples.TABLE, STATUS_TABLE,
+                  GROUP_STATUS_TABLE, MEMBER_LAG_TABLE)
+        for name in tables:
             if (staging / name).is_dir():
                 _publish(staging / name, out / name, seq)
         shutil.rmtree(staging, ignore_errors=True)

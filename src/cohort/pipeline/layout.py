@@ -1,7 +1,9 @@
-"""The on-disk layout of lag samples: two Parquet tables under one directory.
+"""The on-disk layout of lag samples: Parquet tables under one directory.
 
-    DIR/partitions/date=YYYY-MM-DD/group_bucket=B/part-*.parquet   one row per (sample, group, topic, partition)
-    DIR/members/date=YYYY-MM-DD/group_bucket=B/part-*.parquet      one row per (sample, group, member)
+    DIR/partitions/date=YYYY-MM-DD/group_bucket=B/part-*.parquet     one row per (sample, group, topic, partition)
+    DIR/members/date=YYYY-MM-DD/group_bucket=B/part-*.parquet        one row per (sample, group, member)
+    DIR/group_samples/date=YYYY-MM-DD/group_bucket=B/part-*.parquet  one row per (sample, group): the same
+                                                                      facts grouped (`cohort.pipeline.group_samples`)
 
 Members live in their own table because a member that owns no partition (idle, or just joined)
 has no partition row to ride on, yet the evaluator must know it exists; and its subscription and

@@ -1,18 +1,18 @@
 """Score assignors on lag samples: rebuild each group at each sample, assign, measure. No Spark here.
 
-Input is a stream of Arrow record batches of *evaluation rows* (`EVAL_SCHEMA`): the member rows and
-partition rows of the lag-sample layout in one table. A group's rows are contiguous and ordered by
-(sample_seq, kind, topic, partition, member_id), so member rows (kind 0) come before partition
-rows (kind 1); groups themselves may come in any order. A group may straddle batches;
-`score_batches` holds a group back until its last row has arrived.
+Input is a stream of Arrow record batches of group samples (`cohort.pipeline.group_samples`): one
+row per (group, sample) with the members and partitions as lists. A group's samples are
+contiguous and ascending; groups come in any order, and a group may straddle batches
+(`score_batches` holds it back until its last sample has arrived).
 
 Per (group, sample) the Python work is only what the assignor interface needs (a `GroupSpec` and
 a `TopicDescriber` built from list slices) plus one walk over the returned assignment. Every score
-is then computed for the whole batch at once with numpy, which is what makes a million groups
-affordable: per-group pandas costs ~1 ms, this costs tens of microseconds.
+is computed for the whole batch at once with numpy.
 
 Each assignor gets its own previous result as the current assignment, so stickiness is measured
-on its own history; at a group's first sample that is the owners observed in the sample.
+on its own history. A group's first sample is assigned fresh, and its moves are counted against
+the owners observed in the sample (the cost of switching to this assignor); an observed owner
+that is not a member of the sample does not count.
 """
 
 from __future__ import annotations
@@ -32,25 +32,9 @@ from cohort.assignors.api import (
     TopicDescriber,
     TopicMetadata,
 )
+from cohort.pipeline.group_samples import GROUP_COLUMN, _codes, _run_starts, whole_groups
 
-MEMBER_ROW, PARTITION_ROW = 0, 1
-
-EVAL_SCHEMA = pa.schema(
-    [
-        ("group_id", pa.string()),
-        ("sample_seq", pa.int64()),
-        ("sample_time", pa.timestamp("us", tz="UTC")),
-        ("kind", pa.int8()),
-        ("member_id", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("lag", pa.int64()),
-        ("rack", pa.string()),
-        ("instance_id", pa.string()),
-        ("subscribed_topics", pa.list_(pa.string())),
-        ("replica_racks", pa.list_(pa.string())),
-    ]
-)
+MASK_BITS = 62  # topics or racks of one sample that fit a bitmask; beyond it the slow paths run
 
 SCORE_SCHEMA = pa.schema(
     [
@@ -74,328 +58,316 @@ SCORE_SCHEMA = pa.schema(
 )
 
 
-def _run_starts(*keys: np.ndarray) -> np.ndarray:
-    """Indices where any of the (equal-length) key arrays changes value, starting with 0."""
-    n = len(keys[0])
-    if n == 0:
-        return np.zeros(0, np.int64)
-    change = np.zeros(n, bool)
-    change[0] = True
-    for key in keys:
-        change[1:] |= key[1:] != key[:-1]
-    return np.flatnonzero(change)
+def _np(array, null=None) -> np.ndarray:
+    if null is not None:
+        array = array.fill_null(null)
+    return array.to_numpy(zero_copy_only=False)
 
 
-def _codes(array: pa.Array) -> tuple[np.ndarray, list]:
-    """Dictionary codes (-1 for null) and the dictionary as Python values."""
-    encoded = pc.dictionary_encode(array)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    if encoded.indices.null_count:
-        codes = np.where(encoded.indices.is_null().to_numpy(zero_copy_only=False), -1, codes)
-    return codes.astype(np.int64), encoded.dictionary.to_pylist()
+def _list(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(offsets rebased to 0, values) of a list column."""
+    offsets = _np(column.offsets).astype(np.int64)
+    return offsets - offsets[0], column.flatten()
 
 
-def _list_masks(lists: pa.ListArray, codes_of: dict) -> np.ndarray:
-    """A bitmask per row of which racks (by code) a list<string> holds; 0 for empty or null lists."""
-    offsets = lists.offsets.to_numpy()
-    values = lists.flatten().to_pylist()
-    masks = np.zeros(len(lists), np.int64)
-    if not values:
-        return masks
-    bits = np.array([1 << codes_of[v] for v in values], np.int64)
+def _or_reduce(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Bitwise OR of `1 << v` over each list (v < 0 ignored, v clipped to MASK_BITS); 0 for empty lists."""
+    out = np.zeros(len(offsets) - 1, np.int64)
     lengths = np.diff(offsets)
-    nonempty = np.flatnonzero(lengths > 0)
-    masks[nonempty] = np.bitwise_or.reduceat(bits, offsets[:-1][nonempty] - offsets[0])
-    return masks
+    full = np.flatnonzero(lengths > 0)
+    if len(full):
+        bits = np.where(values >= 0, np.left_shift(1, np.clip(values, 0, MASK_BITS)), 0)
+        out[full] = np.bitwise_or.reduceat(bits, offsets[:-1][full])
+    return out
+
+
+def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    cs = np.concatenate(([0], np.cumsum(values)))
+    return cs[offsets[1:]] - cs[offsets[:-1]]
 
 
 class _Batch:
-    """Column views of one batch of evaluation rows, decoded once for all of its groups."""
+    """Column views of one batch of group samples, decoded once for all of its rows."""
 
     def __init__(self, batch: pa.RecordBatch):
         n = self.n = batch.num_rows
         col = batch.column
-        seq = self.seq = col(1).to_numpy(zero_copy_only=False)
-        kind = self.kind = col(3).to_numpy(zero_copy_only=False)
-        group_codes, _ = _codes(col(0))
-        seg_starts = self.seg_starts = _run_starts(group_codes, seq)
-        seg_ends = self.seg_ends = np.append(seg_starts[1:], n)
-        self.first_of_group = np.isin(seg_starts, _run_starts(group_codes))
-        is_member = kind == MEMBER_ROW
-        self.n_members = np.add.reduceat(is_member.astype(np.int64), seg_starts)
-        self.seg_id = seg_id = np.repeat(np.arange(len(seg_starts)), seg_ends - seg_starts)
-        self.member_code, member_names = _codes(col(4))
-        topic_codes, topic_names = _codes(col(5))
-        self.partition = partition = col(6).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        self.lag = np.maximum(col(7).fill_null(0).to_numpy(zero_copy_only=False), 0)
+        group = batch.column(GROUP_COLUMN)
+        first = np.ones(n, bool)
+        if n > 1:
+            first[1:] = _np(pc.not_equal(group.slice(1), group.slice(0, n - 1)), null=True)
+        self.first_of_group = first
 
-        # Racks: one code space for member racks and replica racks, replica racks as bitmasks.
-        rack_codes, rack_names = _codes(pa.concat_arrays([col(8), col(11).flatten()]))
-        self.rack_names = rack_names
-        self.member_rack = rack_codes[:n]
-        if len(rack_names) <= 62:
-            self.replica_mask = _list_masks(col(11), {name: i for i, name in enumerate(rack_names)})
-        else:  # too many racks for a bitmask: locality is not scored
-            self.replica_mask = np.zeros(n, np.int64)
+        self.m_off, member_ids = _list(col(5))
+        self.member_ids = member_ids.to_pylist()
+        self.member_code = _codes(member_ids)
+        self.n_members = np.diff(self.m_off)
+        self.instances = _list(col(6))[1].to_pylist()
+        _, member_racks = _list(col(7))
+        self.member_rack = _np(member_racks, null=-1).astype(np.int64)
 
-        # Per member row: id, subscription (frozensets shared between equal lists), rack, instance id.
-        member_rows = np.flatnonzero(is_member)
-        codes = self.member_code[member_rows].tolist()
-        self.member_ids = [None] * n
-        for row, code in zip(member_rows.tolist(), codes):
-            self.member_ids[row] = member_names[code]
-        # Subscriptions: equal lists share one frozenset, found by joining each list into one string.
-        joined = pc.binary_join(col(10).take(pa.array(member_rows)), "\x00")
-        sub_codes, sub_keys = _codes(joined)
-        sub_sets = [frozenset(key.split("\x00")) if key else frozenset() for key in sub_keys]
-        subscribed = [None] * n
-        for row, code in zip(member_rows.tolist(), sub_codes.tolist()):
-            subscribed[row] = sub_sets[code] if code >= 0 else frozenset()
-        self.subscribed = subscribed
-        racks = self.member_rack.tolist()
-        self.member_rack_names = rack_list = [None] * n
-        for row in np.flatnonzero(self.member_rack >= 0).tolist():
-            rack_list[row] = rack_names[racks[row]]
-        self.instance = instance = [None] * n
-        instance_col = col(9)
-        if instance_col.null_count < n:
-            valid = np.flatnonzero(instance_col.is_valid().to_numpy(zero_copy_only=False))
-            for row, value in zip(valid.tolist(), instance_col.take(pa.array(valid)).to_pylist()):
-                instance[row] = value
+        self.t_off, topic_names = _list(col(3))
+        self.topic_names = topic_names.to_pylist()
+        self.topic_code = _codes(topic_names)
+        self.r_off, rack_names = _list(col(4))
+        self.rack_names = rack_names.to_pylist()
 
-        # Topic runs: rows [run_start, run_end) are one topic of one (group, sample).
-        topic_key = np.where(is_member, -1, topic_codes)
-        run_starts = _run_starts(seg_id, topic_key)
-        run_starts = run_starts[topic_key[run_starts] >= 0]
-        run_ends = np.minimum(np.append(run_starts[1:], n), seg_ends[seg_id[run_starts]])
-        self.seg_first_run = np.searchsorted(run_starts, seg_starts).tolist()
-        self.seg_last_run = np.searchsorted(run_starts, seg_ends).tolist()
-        first_p = partition[run_starts]
-        last_p = partition[run_ends - 1]
+        # Subscriptions as bitmasks over the row's topics; equal masks share one frozenset.
+        sub_off, sub_values = _list(_list(col(8))[1])
+        sub = _np(sub_values, null=-1).astype(np.int64)
+        n_topics = np.diff(self.t_off)
+        self.wide_topics = bool((n_topics > MASK_BITS).any())
+        self.sub_off, self.sub = sub_off, sub
+        self.sub_mask = _or_reduce(sub, sub_off).tolist()
+
+        self.p_off, ptopic = _list(col(9))
+        self.p_topic = _np(ptopic).astype(np.int64)
+        self.partition = _np(_list(col(10))[1]).astype(np.int64)
+        self.lag = np.maximum(_np(_list(col(11))[1], null=0).astype(np.int64), 0)
+        self.observed = _np(_list(col(12))[1], null=-1).astype(np.int64)
+        rep_off, rep_values = _list(_list(col(13))[1])
+        rep = _np(rep_values).astype(np.int64)
+        self.p_row = np.repeat(np.arange(n), np.diff(self.p_off))
+        self.replica_mask = _or_reduce(rep, rep_off)
+        self.rep_off, self.rep = rep_off, rep
+        self.many_racks = np.diff(self.r_off) > MASK_BITS  # locality is not scored for these rows
+
+        # Topic runs: partitions [run_start, run_end) are one topic of one row.
+        run_starts = _run_starts(self.p_row, self.p_topic)
+        run_ends = np.append(run_starts[1:], len(self.p_row))
+        self.row_first_run = np.searchsorted(run_starts, self.p_off).tolist()
+        first_p = self.partition[run_starts] if len(run_starts) else run_starts
+        last_p = self.partition[run_ends - 1] if len(run_starts) else run_starts
         contiguous = ((first_p == 0) & (last_p == run_ends - run_starts - 1)).tolist()
-        racked = (np.maximum.reduceat(self.replica_mask, run_starts) != 0).tolist() if len(run_starts) else []
-        self.run_topic = [topic_names[c] for c in topic_key[run_starts].tolist()]
+        has_replicas = (np.diff(rep_off) > 0).astype(np.int64)
+        racked = (_segment_sums(has_replicas, np.append(run_starts, len(self.p_row))) > 0).tolist() if len(run_starts) else []
+        run_rows = self.p_row[run_starts] if len(run_starts) else run_starts
+        self.run_topic = [self.topic_names[i] for i in (self.t_off[run_rows] + self.p_topic[run_starts]).tolist()] if len(run_starts) else []
         self.run_start = run_starts.tolist()
-        self.run_meta = self._topic_metadata(run_starts.tolist(), run_ends.tolist(), contiguous, racked)
+        self.run_meta, self.run_positions = self._topic_metadata(run_starts.tolist(), run_ends.tolist(), contiguous, racked)
 
-        # Align each partition row with the same partition in the group's previous sample (-1: none).
-        self.prev_row = self._previous_rows(topic_key, len(topic_names))
+        self.prev_partition = self._previous_partitions()
 
     def _topic_metadata(self, starts, ends, contiguous, racked):
         lag_list = self.lag.tolist()
         partition_list = self.partition.tolist()
-        mask_list = self.replica_mask.tolist()
+        meta, positions = [], {}
         rack_cache: dict[tuple, tuple] = {}
-        self._rack_sets: dict[int, frozenset] = {}
-        meta = []
-        self.run_positions = positions = {}
+        self._rack_sets: dict[tuple, frozenset] = {}
+        mask_list, row_list, many = self.replica_mask.tolist(), self.p_row.tolist(), self.many_racks.tolist()
         for r, (r0, r1) in enumerate(zip(starts, ends)):
             if contiguous[r]:
                 count = r1 - r0
                 lags = tuple(lag_list[r0:r1])
-                masks = mask_list[r0:r1] if racked[r] else None
+                rows = range(r0, r1)
             else:
-                count = partition_list[r1 - 1] + 1
+                count = max(partition_list[r1 - 1] + 1, 0)
                 dense = [0] * count
-                masks = [0] * count
                 pos = {}
-                for row in range(r0, r1):
-                    p = partition_list[row]
-                    dense[p] = lag_list[row]
-                    masks[p] = mask_list[row]
-                    pos[p] = row
+                for i in range(r0, r1):
+                    p = partition_list[i]
+                    if 0 <= p < count:
+                        dense[p] = lag_list[i]
+                        pos[p] = i
                 positions[r] = pos
                 lags = tuple(dense)
+                rows = [pos.get(p) for p in range(count)]
             racks = ()
             if racked[r]:
-                key = tuple(masks)
-                racks = rack_cache.get(key)
-                if racks is None:
-                    sets = self._rack_sets
-                    racks = rack_cache[key] = tuple([sets.get(m) or self._racks_of(m) for m in masks])
+                row = row_list[r0]
+                if many[row]:
+                    racks = tuple(frozenset() if i is None else self._replica_racks(i) for i in rows)
+                else:
+                    names = tuple(self.rack_names[self.r_off[row] : self.r_off[row + 1]])
+                    masks = mask_list[r0:r1] if contiguous[r] else [0 if i is None else mask_list[i] for i in rows]
+                    key = (names, tuple(masks))
+                    racks = rack_cache.get(key)
+                    if racks is None:
+                        racks = rack_cache[key] = tuple(self._rack_set(names, mask) for mask in key[1])
             meta.append(TopicMetadata(count, racks, lags))
-        return meta
+        return meta, positions
 
-    def _racks_of(self, mask: int) -> frozenset:
-        racks = self._rack_sets[mask] = frozenset(name for i, name in enumerate(self.rack_names) if mask >> i & 1)
-        return racks
+    def _rack_set(self, names: tuple, mask: int) -> frozenset:
+        """The racks of a bitmask over one row's rack names; equal (names, mask) share one frozenset."""
+        found = self._rack_sets.get((names, mask))
+        if found is None:
+            found = self._rack_sets[names, mask] = frozenset(n for j, n in enumerate(names) if mask >> j & 1)
+        return found
 
-    def _previous_rows(self, topic_key: np.ndarray, n_topics: int) -> np.ndarray:
-        rows = np.flatnonzero(topic_key >= 0)
-        prev = np.full(self.n, -1, np.int64)
-        if len(rows) == 0:
+    def _replica_racks(self, i: int) -> frozenset:
+        names, base = self.rack_names, self.r_off[self.p_row[i]]
+        return frozenset(names[base + j] for j in self.rep[self.rep_off[i] : self.rep_off[i + 1]].tolist())
+
+    def subscription(self, row: int, member: int) -> frozenset:
+        """Member slot `member`'s subscription as topic names (the slow path for rows of many topics)."""
+        base, names = self.t_off[row], self.topic_names
+        return frozenset(names[base + j] for j in self.sub[self.sub_off[member] : self.sub_off[member + 1]].tolist() if j >= 0)
+
+    def _previous_partitions(self) -> np.ndarray:
+        """Each partition's index in the group's previous sample (-1: none, or the group's first sample)."""
+        prev = np.full(len(self.p_row), -1, np.int64)
+        if len(prev) == 0:
             return prev
+        tcode = self.topic_code[self.t_off[self.p_row] + self.p_topic]
         width = int(self.partition.max()) + 2
-        seg = self.seg_id[rows]
-        key = (seg * (n_topics + 1) + topic_key[rows]) * width + self.partition[rows]
+        topics = int(tcode.max()) + 2
+        key = (self.p_row * topics + tcode) * width + self.partition
         order = np.argsort(key, kind="stable")
-        sorted_keys = key[order]
-        prev_key = key - (n_topics + 1) * width
-        at = np.searchsorted(sorted_keys, prev_key)
-        at_clipped = np.minimum(at, len(sorted_keys) - 1)
-        found = (at < len(sorted_keys)) & (sorted_keys[at_clipped] == prev_key) & ~self.first_of_group[seg]
-        prev[rows[found]] = rows[order[at_clipped[found]]]
+        ordered = key[order]
+        want = key - topics * width
+        at = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
+        found = (ordered[at] == want) & ~self.first_of_group[self.p_row]
+        prev[found] = order[at[found]]
         return prev
 
 
 def score_batches(batches: Iterable[pa.RecordBatch], assignors: Sequence) -> Iterator[pa.RecordBatch]:
-    """Score rows of whole groups; groups may be split across the incoming batches."""
-    pending: list[pa.RecordBatch] = []
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        pending.append(batch)
-        last_group = batch.column(0)[-1]
-        if len(pending) > 1 and batch.column(0)[0] == last_group:
-            continue  # the whole batch is one group that may go on
-        merged = _merge(pending)
-        cut = int(np.argmax(pc.equal(merged.column(0), last_group).to_numpy(zero_copy_only=False)))
-        if cut == 0:
-            pending = [merged]
-            continue
-        yield _score(merged.slice(0, cut), assignors)
-        pending = [merged.slice(cut)]
-    if pending:
-        yield _score(_merge(pending), assignors)
-
-
-def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    """Score batches of group samples; a group's samples may be split across the incoming batches."""
+    for batch in whole_groups(batches, GROUP_COLUMN):
+        yield _score(batch, assignors)
 
 
 def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
-    """Run every assignor on every (group, sample) of the batch; returns their score rows."""
+    """Run every assignor on every group sample of the batch; returns their score rows."""
     b = _Batch(batch)
     n_assignors = len(assignors)
-    owner = np.full((n_assignors, b.n), -1, np.int64)
+    owner = np.full((n_assignors, len(b.p_row)), -1, np.int64)
     errors: list[dict] = [{} for _ in assignors]
-    member_ids, subscribed, racks, instance = b.member_ids, b.subscribed, b.member_rack_names, b.instance
+    member_ids, instances, rack_names, member_rack = b.member_ids, b.instances, b.rack_names, b.member_rack.tolist()
     run_topic, run_meta, run_start, run_positions = b.run_topic, b.run_meta, b.run_start, b.run_positions
+    sub_mask, topic_names, r_off_list = b.sub_mask, b.topic_names, b.r_off.tolist()
     homogeneous, heterogeneous = SubscriptionType.HOMOGENEOUS, SubscriptionType.HETEROGENEOUS
     previous: list = [None] * n_assignors
-    fresh_previous = [None] * n_assignors
-    segments = zip(
-        b.seg_starts.tolist(), b.n_members.tolist(), b.first_of_group.tolist(), b.seg_first_run, b.seg_last_run
-    )
-    for s, (start, n_m, first, r0, r1) in enumerate(segments):
+    m_off, t_off = b.m_off.tolist(), b.t_off.tolist()
+    first_run = b.row_first_run
+    no_racks = [None] * 64
+    for row, first in enumerate(b.first_of_group.tolist()):
         if first:
-            previous = list(fresh_previous)
-        if n_m == 0:
+            previous = [None] * n_assignors
+        m0, m1 = m_off[row], m_off[row + 1]
+        if m0 == m1:
             continue
-        member_rows = range(start, start + n_m)
-        slot_of = {member_ids[row]: row for row in member_rows}
-        if r1 - r0 == 1:
-            name = run_topic[r0]
-            topics = {name: run_meta[r0]}
-            base_of = {name: run_start[r0]}
-        else:
-            topics = {run_topic[r]: run_meta[r] for r in range(r0, r1)}
-            base_of = {run_topic[r]: run_start[r] for r in range(r0, r1)}
+        r0, r1 = first_run[row], first_run[row + 1]
+        topics = {run_topic[r]: run_meta[r] for r in range(r0, r1)}
+        base_of = {run_topic[r]: run_start[r] for r in range(r0, r1)}
         positions = {run_topic[r]: run_positions[r] for r in range(r0, r1) if r in run_positions} if run_positions else EMPTY
         describer = TopicDescriber(topics)
-        first_sub = subscribed[start]
-        sub_type = homogeneous
-        for row in member_rows:
-            if subscribed[row] != first_sub:
-                sub_type = heterogeneous
-                break
-        fresh = None
+        ids = member_ids[m0:m1]
+        slot_of = dict(zip(ids, range(m1 - m0)))
+        masks = sub_mask[m0:m1]
+        subs_of_mask: dict = {}
+        subscriptions = []
+        wide = b.wide_topics and t_off[row + 1] - t_off[row] > MASK_BITS
+        for i, mask in enumerate(masks):
+            if wide:
+                subscriptions.append(b.subscription(row, m0 + i))
+                continue
+            sub = subs_of_mask.get(mask)
+            if sub is None:
+                base = t_off[row]
+                sub = subs_of_mask[mask] = frozenset(
+                    topic_names[base + j] for j in range(t_off[row + 1] - base) if mask >> j & 1)
+            subscriptions.append(sub)
+        same = len(set(subscriptions)) <= 1 if wide else len(subs_of_mask) <= 1
+        sub_type = homogeneous if same else heterogeneous
+        rack_base = r_off_list[row]
+        if rack_base == r_off_list[row + 1]:
+            racks = no_racks[: m1 - m0] if m1 - m0 <= len(no_racks) else [None] * (m1 - m0)
+        else:
+            racks = [None if r < 0 else rack_names[rack_base + r] for r in member_rack[m0:m1]]
+        inst = instances[m0:m1]
         for a, assignor in enumerate(assignors):
             current = previous[a]
             if current is None:
-                if fresh is None:
-                    fresh = {member_ids[row]: MemberSubscription(subscribed[row], racks[row], instance[row]) for row in member_rows}
-                members = fresh
+                members = {mid: MemberSubscription(s, rk, ins) for mid, s, rk, ins in zip(ids, subscriptions, racks, inst)}
             else:
                 members = {
-                    member_ids[row]: MemberSubscription(
-                        subscribed[row], racks[row], instance[row], current.get(member_ids[row], EMPTY)
-                    )
-                    for row in member_rows
+                    mid: MemberSubscription(s, rk, ins, current.get(mid, EMPTY))
+                    for mid, s, rk, ins in zip(ids, subscriptions, racks, inst)
                 }
             try:
                 result = assignor.assign(GroupSpec(members, sub_type), describer)
             except PartitionAssignorError as e:
-                errors[a][s] = f"{type(e).__name__}: {e}"
+                errors[a][row] = f"{type(e).__name__}: {e}"
                 previous[a] = None
                 continue
             owner_a = owner[a]
             for mid, tps in result.items():
-                row_m = slot_of[mid]
+                slot = slot_of[mid]
                 for topic, parts in tps.items():
                     pos = positions.get(topic)
                     if pos is None:
                         base = base_of.get(topic)
                         if base is not None:
                             for p in parts:
-                                owner_a[base + p] = row_m
+                                owner_a[base + p] = slot
                     else:
                         for p in parts:
-                            row = pos.get(p)
-                            if row is not None:
-                                owner_a[row] = row_m
+                            i = pos.get(p)
+                            if i is not None:
+                                owner_a[i] = slot
             previous[a] = result
     return _assemble(b, batch, assignors, owner, errors)
 
 
-def _segment_sums(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    cs = np.concatenate(([0], np.cumsum(values)))
-    return cs[ends] - cs[starts]
-
-
 def _assemble(b: _Batch, batch: pa.RecordBatch, assignors, owner, errors) -> pa.RecordBatch:
-    """Every score of every (group, sample, assignor) of the batch, computed with whole-batch numpy."""
-    seg = np.flatnonzero(b.n_members > 0)
-    starts, ends = b.seg_starts[seg], b.seg_ends[seg]
-    n_members = b.n_members[seg]
-    n_parts = (ends - starts) - n_members
-    total_lag = _segment_sums(b.lag, starts, ends)
-    member_rows = np.flatnonzero(b.kind == MEMBER_ROW)  # all in scored segments, in segment order
-    m_starts = np.concatenate(([0], np.cumsum(n_members)[:-1]))
-    is_partition = b.kind == PARTITION_ROW
-    lag, rack, mask, prev_row = b.lag, b.member_rack, b.replica_mask, b.prev_row
-    has_prev = prev_row >= 0
-    first_sample = is_partition & b.first_of_group[b.seg_id]
-    observed = np.where(first_sample, b.member_code, -1)  # the owner recorded in the first sample
-    group_ids = batch.column(0).take(pa.array(starts))
-    sample_times = batch.column(2).take(pa.array(starts))
-    seqs = pa.array(b.seq[starts], pa.int64())
+    """Every score of every (group sample, assignor) of the batch, computed with whole-batch numpy."""
+    scored = np.flatnonzero(b.n_members > 0)
+    if len(scored) == 0:
+        return pa.RecordBatch.from_pylist([], schema=SCORE_SCHEMA)
+    n_members = b.n_members[scored]
+    n_parts = np.diff(b.p_off)[scored]
+    lag = b.lag
+    # Partition sums over scored rows only: rows are contiguous, so sum per row and pick.
+    total_lag = _segment_sums(lag, b.p_off)[scored]
+    m_base = b.m_off[b.p_row]  # slot of the row's first member, per partition
+    last_slot = len(b.member_code) - 1
+    observed = np.where(b.observed >= 0, b.member_code[np.minimum(m_base + np.maximum(b.observed, 0), last_slot)], -1)
+    has_prev = b.prev_partition >= 0
+    m_starts = np.concatenate(([0], np.cumsum(n_members)))
+    row_rack_many = b.many_racks[b.p_row]
+    take = pa.array(scored)
+    group_ids = batch.column(GROUP_COLUMN).take(take)
+    sample_times = batch.column(1).take(take)
+    seqs = batch.column(0).take(take)
+    n_slots = len(b.member_ids)
     columns: dict[str, list] = {name: [] for name in SCORE_SCHEMA.names}
     for a, assignor in enumerate(assignors):
         own = owner[a]
         assigned = own >= 0
-        rows = np.flatnonzero(assigned)
-        member_lag = np.bincount(own[rows], weights=lag[rows], minlength=b.n)[member_rows]
-        member_parts = np.bincount(own[rows], minlength=b.n)[member_rows]
-        max_lag = np.maximum.reduceat(member_lag, m_starts) if len(seg) else member_lag
-        max_parts = np.maximum.reduceat(member_parts, m_starts) if len(seg) else member_parts
-        min_parts = np.minimum.reduceat(member_parts, m_starts) if len(seg) else member_parts
-        sum_lag = _segment_sums(member_lag, m_starts, m_starts + n_members)
-        unassigned = n_parts - _segment_sums(assigned.astype(np.int64), starts, ends)
+        slot = np.where(assigned, m_base + own, 0)  # only read where assigned
+        idx = np.flatnonzero(assigned)
+        # Every member slot belongs to a scored row (rows without members have no slots).
+        member_lag = np.bincount(slot[idx], weights=lag[idx], minlength=n_slots)
+        member_parts = np.bincount(slot[idx], minlength=n_slots)
+        if len(scored):
+            max_lag = np.maximum.reduceat(member_lag, m_starts[:-1])
+            max_parts = np.maximum.reduceat(member_parts, m_starts[:-1])
+            min_parts = np.minimum.reduceat(member_parts, m_starts[:-1])
+        else:
+            max_lag = max_parts = min_parts = member_lag
+        sum_lag = _segment_sums(member_lag, m_starts)
+        unassigned = n_parts - _segment_sums(assigned.astype(np.int64), b.p_off)[scored]
 
-        # Moves: the owner (by member id code) differs from the previous sample's, or at a group's
-        # first sample from the owner recorded in the sample (the cost of switching to this assignor).
-        new_code = np.where(assigned, b.member_code[np.where(assigned, own, 0)], -1)
-        before = np.where(has_prev, new_code[np.maximum(prev_row, 0)], observed)
-        moved = _segment_sums((is_partition & (before >= 0) & (new_code != before)).astype(np.int64), starts, ends)
+        # Moves: the owner (by member id) differs from the previous sample's, or at a group's first
+        # sample from the owner observed in the sample.
+        new_code = np.where(assigned, b.member_code[slot], -1)
+        before = np.where(has_prev, new_code[np.maximum(b.prev_partition, 0)], observed)
+        moved = _segment_sums(((before >= 0) & (new_code != before)).astype(np.int64), b.p_off)[scored]
 
-        owner_rack = np.where(assigned, rack[np.where(assigned, own, 0)], -1)
-        known = assigned & (owner_rack >= 0) & (mask != 0)
-        local = known & ((mask >> np.maximum(owner_rack, 0)) & 1).astype(bool)
-        n_known = _segment_sums(known.astype(np.int64), starts, ends)
-        n_local = _segment_sums(local.astype(np.int64), starts, ends)
+        owner_rack = np.where(assigned, b.member_rack[slot], -1)
+        known = assigned & (owner_rack >= 0) & (b.replica_mask != 0) & ~row_rack_many
+        local = known & ((b.replica_mask >> np.clip(owner_rack, 0, MASK_BITS)) & 1).astype(bool)
+        n_known = _segment_sums(known.astype(np.int64), b.p_off)[scored]
+        n_local = _segment_sums(local.astype(np.int64), b.p_off)[scored]
         with np.errstate(invalid="ignore", divide="ignore"):
             locality = n_local / n_known
         failed_at = errors[a]
-        failed = np.isin(seg, np.fromiter(failed_at, np.int64, len(failed_at)))
+        failed = np.isin(scored, np.fromiter(failed_at, np.int64, len(failed_at)))
         columns["group_id"].append(group_ids)
         columns["sample_seq"].append(seqs)
         columns["sample_time"].append(sample_times)
-        columns["assignor"].append(pa.array([assignor.name] * len(seg), pa.string()))
+        columns["assignor"].append(pa.array([assignor.name] * len(scored), pa.string()))
         columns["members"].append(pa.array(n_members, pa.int32()))
         columns["partitions"].append(pa.array(n_parts, pa.int32()))
         columns["unassigned"].append(pa.array(unassigned, pa.int32(), mask=failed))
@@ -407,54 +379,6 @@ def _assemble(b: _Batch, batch: pa.RecordBatch, assignors, owner, errors) -> pa.
         columns["partition_skew"].append(pa.array(max_parts - min_parts, pa.int32(), mask=failed))
         columns["moved"].append(pa.array(moved, pa.int32(), mask=failed))
         columns["rack_local_fraction"].append(pa.array(locality, pa.float64(), mask=failed | (n_known == 0)))
-        columns["error"].append(pa.array([failed_at.get(s) for s in seg.tolist()] if failed_at else pa.nulls(len(seg), pa.string()), pa.string()))
+        columns["error"].append(pa.array([failed_at.get(s) for s in scored.tolist()] if failed_at else pa.nulls(len(scored), pa.string()), pa.string()))
     arrays = [pa.concat_arrays(columns[name]) for name in SCORE_SCHEMA.names]
     return pa.RecordBatch.from_arrays(arrays, schema=SCORE_SCHEMA)
-
-
-EVAL_ORDER = ("group_id", "sample_seq", "kind", "topic", "partition", "member_id")
-
-
-def eval_rows(partitions: pa.Table, members: pa.Table) -> pa.Table:
-    """Member and partition rows of the lag-sample layout as sorted evaluation rows (pyarrow only)."""
-    n_p, n_m = partitions.num_rows, members.num_rows
-
-    def nulls(typ, n):
-        return pa.nulls(n, typ)
-
-    part = pa.table(
-        {
-            "group_id": partitions["group_id"],
-            "sample_seq": partitions["sample_seq"],
-            "sample_time": partitions["sample_time"],
-            "kind": pa.array(np.full(n_p, PARTITION_ROW, np.int8)),
-            "member_id": partitions["member_id"],
-            "topic": partitions["topic"],
-            "partition": partitions["partition"],
-            "lag": partitions["lag"],
-            "rack": nulls(pa.string(), n_p),
-            "instance_id": nulls(pa.string(), n_p),
-            "subscribed_topics": nulls(pa.list_(pa.string()), n_p),
-            "replica_racks": partitions["replica_racks"],
-        },
-        schema=EVAL_SCHEMA,
-    )
-    memb = pa.table(
-        {
-            "group_id": members["group_id"],
-            "sample_seq": members["sample_seq"],
-            "sample_time": members["sample_time"],
-            "kind": pa.array(np.full(n_m, MEMBER_ROW, np.int8)),
-            "member_id": members["member_id"],
-            "topic": nulls(pa.string(), n_m),
-            "partition": nulls(pa.int32(), n_m),
-            "lag": nulls(pa.int64(), n_m),
-            "rack": members["rack"],
-            "instance_id": members["instance_id"],
-            "subscribed_topics": members["subscribed_topics"],
-            "replica_racks": nulls(pa.list_(pa.string()), n_m),
-        },
-        schema=EVAL_SCHEMA,
-    )
-    both = pa.concat_tables([memb, part])
-    return both.sort_by([(c, "ascending") for c in EVAL_ORDER])

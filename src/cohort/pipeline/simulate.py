@@ -11,18 +11,22 @@ import math
 import sys
 from pathlib import Path
 
-from cohort.pipeline import layout
+from cohort.pipeline import group_samples, layout
 from cohort.pipeline.fleet import FleetParams, generate
 
 ROWS_PER_TASK = 4_000_000
 
 
 def _generator(params: FleetParams, which: int):
+    """Arrow batches of table `which` (0: partitions, 1: members, 2: group samples) for a task's group indices."""
+
     def gen(batches):
         for batch in batches:
             ids = batch.column(0).to_numpy(zero_copy_only=False)
             if len(ids):
-                yield from generate(ids, params)[which].to_batches(max_chunksize=1 << 17)
+                tables = generate(ids, params)
+                table = group_samples.from_flat(*tables) if which == 2 else tables[which]
+                yield from table.to_batches(max_chunksize=1 << 17)
 
     return gen
 
@@ -34,26 +38,28 @@ def _with_layout_columns(df):
 
 
 def fleet_frames(spark, groups: int, params: FleetParams, tasks: int | None = None):
-    """The (partitions, members) DataFrames of a fleet of `groups` groups, with the layout's partition columns."""
+    """The (partitions, members, group samples) DataFrames of a fleet of `groups` groups, with the
+    layout's partition columns."""
     if tasks is None:
         rows = groups * params.samples * max(params.partitions, 1)
         tasks = max(spark.sparkContext.defaultParallelism, math.ceil(rows / ROWS_PER_TASK))
     tasks = max(1, min(tasks, groups))
     ids = spark.range(0, groups, 1, numPartitions=tasks)
     frames = []
-    for which, schema in enumerate((layout.PARTITION_SCHEMA, layout.MEMBER_SCHEMA)):
+    for which, schema in enumerate((layout.PARTITION_SCHEMA, layout.MEMBER_SCHEMA, group_samples.SCHEMA)):
         df = ids.mapInArrow(_generator(params, which), layout.spark_schema(schema))
         frames.append(_with_layout_columns(df))
-    return frames[0], frames[1]
+    return tuple(frames)
 
 
 def write_fleet(spark, out: str | Path, groups: int, params: FleetParams, tasks: int | None = None) -> dict:
-    """Generate and write a fleet under `out` (overwriting its two tables); returns row counts."""
-    partitions, members = fleet_frames(spark, groups, params, tasks)
+    """Generate and write a fleet under `out` (overwriting its three tables); returns the sizes."""
+    partitions, members, grouped = fleet_frames(spark, groups, params, tasks)
     out = str(out).rstrip("/")
     for name, df, order in (
         (layout.PARTITIONS_TABLE, partitions, ("group_id", "sample_seq", "topic", "partition")),
         (layout.MEMBERS_TABLE, members, ("group_id", "sample_seq", "member_id")),
+        (group_samples.TABLE, grouped, ("group_id", "sample_seq")),
     ):
         (
             df.sortWithinPartitions(*layout.PARTITION_COLUMNS, *order)
