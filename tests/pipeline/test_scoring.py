@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from cohort import assignors
+from cohort.assignors.api import SubscriptionType
 from cohort.pipeline import layout
 from cohort.pipeline.fleet import FleetParams, generate
 from cohort.pipeline.group_samples import convert_flat_batches, flat_rows, from_flat
@@ -169,6 +170,10 @@ def test_rack_locality_fraction():
     )
     r = by(run(p, m, [AllToFirst()]), "g", 0, "all-to-first")
     assert r["rack_local_fraction"] == 0.5  # a (r1) owns all four; replicas on r1 for 0 and 2
+    seen = Recorder()
+    run(p, m, [seen])
+    assert seen.replicas == {("t", 0): {"r1", "r2"}, ("t", 1): {"r2", "r3"}, ("t", 2): {"r1"}, ("t", 3): {"r3"}}
+    assert seen.racks == {"a": "r1", "b": "r2"}
     assert r["moved"] == 0  # nothing was owned before
 
 
@@ -237,3 +242,37 @@ def test_heterogeneous_subscriptions_and_static_members():
         assert r["total_lag"] == 2 * (10 + 20 + 30)
         # b cannot take t2, so a owns at least t2's three partitions (lag 60)
         assert r["max_member_lag"] >= 60 and r["max_member_partitions"] >= 3
+
+
+def test_groups_with_more_topics_and_racks_than_a_bitmask_holds():
+    topics = [f"t{i:02d}" for i in range(70)]
+    racks = [f"r{i:02d}" for i in range(70)]
+    rows_p = [("wide", 0, t, 0, 10 + i, None, (racks[i],)) for i, t in enumerate(topics)]
+    rows_m = [("wide", 0, "a", topics, racks[0]), ("wide", 0, "b", topics[:35], racks[1])]
+    p, m = samples(rows_p, rows_m)
+    r = by(run(p, m, [AllToFirst()]), "wide", 0, "all-to-first")
+    # 70 single-partition topics all to a: its rack r00 holds only t00's replica, but with 70 racks
+    # in the sample locality is not scored
+    assert (r["partitions"], r["unassigned"], r["max_member_partitions"]) == (70, 0, 70)
+    assert r["total_lag"] == r["max_member_lag"] == sum(10 + i for i in range(70))
+    assert r["rack_local_fraction"] is None
+    seen = Recorder()
+    run(p, m, [seen])
+    assert seen.subscriptions == {"a": frozenset(topics), "b": frozenset(topics[:35])}
+    assert seen.racks == {"a": "r00", "b": "r01"}
+    assert seen.subscription_type is SubscriptionType.HETEROGENEOUS
+    assert seen.replicas == {(t, 0): frozenset({racks[i]}) for i, t in enumerate(topics)}
+
+
+class Recorder(AllToFirst):
+    """AllToFirst that remembers what the spec told it."""
+
+    name = "recorder"
+
+    def assign(self, spec, topics):
+        self.subscriptions = {m: s.subscribed_topic_ids for m, s in spec.members.items()}
+        self.racks = {m: s.rack_id for m, s in spec.members.items()}
+        self.subscription_type = spec.subscription_type
+        self.replicas = {(t, p): topics.racks_for_partition(t, p) for s in spec.members.values()
+                         for t in s.subscribed_topic_ids for p in range(max(topics.num_partitions(t), 0))}
+        return super().assign(spec, topics)

@@ -115,8 +115,6 @@ class _Batch:
         # Subscriptions as bitmasks over the row's topics; equal masks share one frozenset.
         sub_off, sub_values = _list(_list(col(8))[1])
         sub = _np(sub_values, null=-1).astype(np.int64)
-        n_topics = np.diff(self.t_off)
-        self.wide_topics = bool((n_topics > MASK_BITS).any())
         self.sub_off, self.sub = sub_off, sub
         self.sub_mask = _or_reduce(sub, sub_off).tolist()
 
@@ -231,7 +229,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
     """Run every assignor on every group sample of the batch; returns their score rows."""
     b = _Batch(batch)
     n_assignors = len(assignors)
-    owner = np.full((n_assignors, len(b.p_row)), -1, np.int64)
+    owners = [[-1] * len(b.p_row) for _ in assignors]  # lists: cheaper to fill one item at a time
     errors: list[dict] = [{} for _ in assignors]
     member_ids, instances, rack_names, member_rack = b.member_ids, b.instances, b.rack_names, b.member_rack.tolist()
     run_topic, run_meta, run_start, run_positions = b.run_topic, b.run_meta, b.run_start, b.run_positions
@@ -240,7 +238,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
     previous: list = [None] * n_assignors
     m_off, t_off = b.m_off.tolist(), b.t_off.tolist()
     first_run = b.row_first_run
-    no_racks = [None] * 64
+    subscription_cache: dict = {}
     for row, first in enumerate(b.first_of_group.tolist()):
         if first:
             previous = [None] * n_assignors
@@ -248,38 +246,49 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
         if m0 == m1:
             continue
         r0, r1 = first_run[row], first_run[row + 1]
-        topics = {run_topic[r]: run_meta[r] for r in range(r0, r1)}
-        base_of = {run_topic[r]: run_start[r] for r in range(r0, r1)}
+        if r1 - r0 == 1:
+            name = run_topic[r0]
+            topics = {name: run_meta[r0]}
+            base_of = {name: run_start[r0]}
+        else:
+            topics = {run_topic[r]: run_meta[r] for r in range(r0, r1)}
+            base_of = {run_topic[r]: run_start[r] for r in range(r0, r1)}
         positions = {run_topic[r]: run_positions[r] for r in range(r0, r1) if r in run_positions} if run_positions else EMPTY
         describer = TopicDescriber(topics)
         ids = member_ids[m0:m1]
         slot_of = dict(zip(ids, range(m1 - m0)))
-        masks = sub_mask[m0:m1]
-        subs_of_mask: dict = {}
-        subscriptions = []
-        wide = b.wide_topics and t_off[row + 1] - t_off[row] > MASK_BITS
-        for i, mask in enumerate(masks):
-            if wide:
-                subscriptions.append(b.subscription(row, m0 + i))
-                continue
-            sub = subs_of_mask.get(mask)
-            if sub is None:
-                base = t_off[row]
-                sub = subs_of_mask[mask] = frozenset(
-                    topic_names[base + j] for j in range(t_off[row + 1] - base) if mask >> j & 1)
-            subscriptions.append(sub)
-        same = len(set(subscriptions)) <= 1 if wide else len(subs_of_mask) <= 1
-        sub_type = homogeneous if same else heterogeneous
+
+        # Subscriptions: one frozenset per distinct (topic names, mask), shared across rows.
+        t0, t1 = t_off[row], t_off[row + 1]
+        if t1 - t0 > MASK_BITS:
+            subscriptions = [b.subscription(row, m) for m in range(m0, m1)]
+        else:
+            names = tuple(topic_names[t0:t1])
+            subscriptions = []
+            for mask in sub_mask[m0:m1]:
+                sub = subscription_cache.get((names, mask))
+                if sub is None:
+                    sub = subscription_cache[names, mask] = frozenset(n for j, n in enumerate(names) if mask >> j & 1)
+                subscriptions.append(sub)
+        first_sub = subscriptions[0]
+        sub_type = homogeneous
+        for sub in subscriptions:
+            if sub is not first_sub and sub != first_sub:
+                sub_type = heterogeneous
+                break
         rack_base = r_off_list[row]
         if rack_base == r_off_list[row + 1]:
-            racks = no_racks[: m1 - m0] if m1 - m0 <= len(no_racks) else [None] * (m1 - m0)
+            racks = [None] * (m1 - m0)
         else:
             racks = [None if r < 0 else rack_names[rack_base + r] for r in member_rack[m0:m1]]
         inst = instances[m0:m1]
+        fresh = None
         for a, assignor in enumerate(assignors):
             current = previous[a]
             if current is None:
-                members = {mid: MemberSubscription(s, rk, ins) for mid, s, rk, ins in zip(ids, subscriptions, racks, inst)}
+                if fresh is None:
+                    fresh = {mid: MemberSubscription(s, rk, ins) for mid, s, rk, ins in zip(ids, subscriptions, racks, inst)}
+                members = fresh
             else:
                 members = {
                     mid: MemberSubscription(s, rk, ins, current.get(mid, EMPTY))
@@ -291,7 +300,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
                 errors[a][row] = f"{type(e).__name__}: {e}"
                 previous[a] = None
                 continue
-            owner_a = owner[a]
+            owner_a = owners[a]
             for mid, tps in result.items():
                 slot = slot_of[mid]
                 for topic, parts in tps.items():
@@ -307,6 +316,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
                             if i is not None:
                                 owner_a[i] = slot
             previous[a] = result
+    owner = np.array(owners, np.int64).reshape(n_assignors, len(b.p_row))
     return _assemble(b, batch, assignors, owner, errors)
 
 
