@@ -11,7 +11,9 @@ Starting from the valid part of the current assignment:
 2. Lag balance (`improve`): while the heaviest member is over the limit, move one of its partitions
    to a lighter subscriber (when the topic's counts allow it) or swap one for a lighter partition of
    the same topic, whichever brings the pair closest to even, preferring single moves and actions
-   that bring both under the limit. Per-topic counts never change here. Bounded in steps.
+   that bring both under the limit. Per-topic counts never change here. Bounded in steps. Fast but
+   not minimal (one move too many in a few small cases), so its result is only the bound that the
+   exact search (`_lag_fewest.fewest`) starts from.
 """
 
 from __future__ import annotations

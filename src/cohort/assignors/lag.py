@@ -22,9 +22,20 @@ and `imbalance_tolerance` = τ >= 0. An assignment is **within tolerance** when
 measured over the whole group (so with disjoint subscriptions, the heaviest part sets the bar). Given
 a current assignment, the assignor keeps its valid part, restores per-topic count balance with the
 fewest moves any count-balanced assignment could make (new and orphaned partitions are placed too),
-and if the result is within tolerance returns it. Otherwise it moves or swaps partitions from the
-heaviest member until within tolerance (at most `MAX_STEPS` steps, and never more moves than the fresh
-assignment would need). If that does not get there, it returns the fresh assignment. Hence:
+and if the result is within tolerance returns it. Otherwise it searches (`_lag_fewest`) for the
+fewest partitions to move from that count-balanced assignment so that every member is within
+tolerance and every topic's counts stay balanced, starting from the greedy repair (moves and swaps
+off the heaviest member, at most `MAX_STEPS` steps) as the result to beat, and never accepting more
+moves in total than the fresh assignment would make. The search evaluates at most `SEARCH_BUDGET` moves:
+
+* if it finishes, the lag step is exact: no count-balanced assignment within tolerance moves fewer
+  partitions from the count-balanced one (with the same members and a complete, count-balanced
+  current assignment, the live lag-drift case, that is the fewest moves from the current one);
+* if the budget runs out, the best assignment found so far is returned, never worse than the greedy
+  repair; big groups (more possible first moves than the budget) keep the greedy repair at once.
+
+If neither finds an assignment within tolerance that moves at most as many partitions as the fresh
+assignment, it returns the fresh one. Hence:
 
 * with the same lags, re-assigning from the previous result moves nothing;
 * it never moves more partitions than the fresh assignment would (a *move* is a partition whose valid
@@ -47,12 +58,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from cohort.assignors._lag_fewest import fewest
 from cohort.assignors._lag_greedy import greedy
 from cohort.assignors._lag_model import Model, assigned_lag
 from cohort.assignors._lag_sticky import balance_counts, improve, moves
 from cohort.assignors.api import GroupAssignment, GroupSpec, SubscribedTopicDescriber
 
 MAX_STEPS = 512  # bound on improving moves/swaps per assignment (each costs O(members) at most)
+SEARCH_BUDGET = 3000  # moves the exact search may evaluate (10-20 us each): tens of ms at worst
 
 
 class LagAssignor:
@@ -104,12 +117,22 @@ class LagAssignor:
         if self._within(heaviest, bar):
             return own
         allowed = moves(current, fresh)
+        room = allowed - moves(current, own)  # moves from `own` that still beat the fresh assignment
+        if room <= 0:
+            return fresh
         limit = math.floor(self._factor * bar)
-        budget = min(MAX_STEPS, allowed - moves(current, own))
+        steps = min(MAX_STEPS, room)
+        greedy_own, greedy_load = own.copy(), load.copy()
         above = int((load > limit).sum())  # each step brings at most one member under the limit
-        if 0 < above <= budget and improve(model, own, load, limit, budget) and moves(current, own) <= allowed:
-            return own
-        return fresh
+        if not (above <= steps and improve(model, greedy_own, greedy_load, limit, steps)):
+            greedy_own = None
+        below = room + 1 if greedy_own is None else min(room + 1, moves(own, greedy_own))
+        found, _ = fewest(model, own, load, limit, below, SEARCH_BUDGET)
+        # Fewest moves from `current` wins (the search's first): the two can differ when the count
+        # balancing placed new or orphaned partitions, which `moves` does not count.
+        best = min((x for x in (found, greedy_own) if x is not None and moves(current, x) <= allowed),
+                   key=lambda x: moves(current, x), default=None)
+        return fresh if best is None else best
 
 
 def _lower_bound(model: Model) -> int:
