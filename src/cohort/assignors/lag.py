@@ -61,6 +61,7 @@ import numpy as np
 from cohort.assignors._lag_fewest import fewest
 from cohort.assignors._lag_greedy import greedy
 from cohort.assignors._lag_model import Model, assigned_lag
+from cohort.assignors._lag_small import assign_small
 from cohort.assignors._lag_sticky import balance_counts, improve, moves
 from cohort.assignors.api import GroupAssignment, GroupSpec, SubscribedTopicDescriber
 
@@ -85,6 +86,13 @@ class LagAssignor:
         return f"LagAssignor(imbalance_tolerance={self.imbalance_tolerance!r})"
 
     def assign(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
+        # Small groups that are fresh or need no move take a plain-Python path (numpy's per-call
+        # overhead is most of the work there); it returns exactly what the arrays would, or None.
+        result = assign_small(spec, topics, self._factor)
+        return self.assign_arrays(spec, topics) if result is None else result
+
+    def assign_arrays(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
+        """The assignment computed on numpy arrays, for every group size and case."""
         model = Model(spec, topics)
         if model.total and any(sub.assignment for sub in spec.members.values()):
             current, clean = model.current_owners(spec)
