@@ -32,7 +32,7 @@ from cohort.assignors.api import (
     TopicDescriber,
     TopicMetadata,
 )
-from cohort.pipeline.group_samples import GROUP_COLUMN, _codes, _run_starts, whole_groups
+from cohort.pipeline.group_samples import GROUP_COLUMN, _codes, _run_starts, unpack, whole_groups
 
 MASK_BITS = 62  # topics or racks of one sample that fit a bitmask; beyond it the slow paths run
 
@@ -70,6 +70,23 @@ def _list(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return offsets - offsets[0], column.flatten()
 
 
+def _pair_lists(column: pa.Array, item_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A packed (position, value) pair column as per-item lists: (offsets over all items, values).
+
+    Positions are relative to each row's items (members or partitions), which start at
+    `item_offsets[row]`; the lists hold the pairs' second halves in pair order.
+    """
+    pair_off, flat = unpack(column, np.int32)
+    flat = flat.astype(np.int64)
+    first, second = flat[0::2], flat[1::2]
+    rows = np.repeat(np.arange(len(pair_off) - 1), np.diff(pair_off) // 2)
+    item = item_offsets[rows] + first
+    if len(item) > 1 and (item[1:] < item[:-1]).any():
+        order = np.argsort(item, kind="stable")
+        item, second = item[order], second[order]
+    return np.searchsorted(item, np.arange(item_offsets[-1] + 1)), second
+
+
 def _or_reduce(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Bitwise OR of `1 << v` over each list (v < 0 ignored, v clipped to MASK_BITS); 0 for empty lists."""
     out = np.zeros(len(offsets) - 1, np.int64)
@@ -103,8 +120,7 @@ class _Batch:
         self.member_code = _codes(member_ids)
         self.n_members = np.diff(self.m_off)
         self.instances = _list(col(6))[1].to_pylist()
-        _, member_racks = _list(col(7))
-        self.member_rack = _np(member_racks, null=-1).astype(np.int64)
+        self.member_rack = unpack(col(7), np.int32)[1].astype(np.int64)
 
         self.t_off, topic_names = _list(col(3))
         self.topic_names = topic_names.to_pylist()
@@ -113,18 +129,16 @@ class _Batch:
         self.rack_names = rack_names.to_pylist()
 
         # Subscriptions as bitmasks over the row's topics; equal masks share one frozenset.
-        sub_off, sub_values = _list(_list(col(8))[1])
-        sub = _np(sub_values, null=-1).astype(np.int64)
+        sub_off, sub = _pair_lists(col(8), self.m_off)
         self.sub_off, self.sub = sub_off, sub
         self.sub_mask = _or_reduce(sub, sub_off).tolist()
 
-        self.p_off, ptopic = _list(col(9))
-        self.p_topic = _np(ptopic).astype(np.int64)
-        self.partition = _np(_list(col(10))[1]).astype(np.int64)
-        self.lag = np.maximum(_np(_list(col(11))[1], null=0).astype(np.int64), 0)
-        self.observed = _np(_list(col(12))[1], null=-1).astype(np.int64)
-        rep_off, rep_values = _list(_list(col(13))[1])
-        rep = _np(rep_values).astype(np.int64)
+        self.p_off, ptopic = unpack(col(9), np.int32)
+        self.p_topic = ptopic.astype(np.int64)
+        self.partition = unpack(col(10), np.int32)[1].astype(np.int64)
+        self.lag = np.maximum(unpack(col(11), np.int64)[1], 0)
+        self.observed = unpack(col(12), np.int32)[1].astype(np.int64)
+        rep_off, rep = _pair_lists(col(13), self.p_off)
         self.p_row = np.repeat(np.arange(n), np.diff(self.p_off))
         self.replica_mask = _or_reduce(rep, rep_off)
         self.rep_off, self.rep = rep_off, rep
