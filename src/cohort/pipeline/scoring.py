@@ -70,37 +70,48 @@ def _list(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return offsets - offsets[0], column.flatten()
 
 
-def _pair_lists(column: pa.Array, item_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A packed (position, value) pair column as per-item lists: (offsets over all items, values).
+class _Pairs:
+    """A packed (position, value) pair column: bitmasks of the values per item, lists on demand.
 
     Positions are relative to each row's items (members or partitions), which start at
-    `item_offsets[row]`; the lists hold the pairs' second halves in pair order.
+    `item_offsets[row]`.
     """
-    pair_off, flat = unpack(column, np.int32)
-    flat = flat.astype(np.int64)
-    first, second = flat[0::2], flat[1::2]
-    rows = np.repeat(np.arange(len(pair_off) - 1), np.diff(pair_off) // 2)
-    item = item_offsets[rows] + first
-    if len(item) > 1 and (item[1:] < item[:-1]).any():
-        order = np.argsort(item, kind="stable")
-        item, second = item[order], second[order]
-    return np.searchsorted(item, np.arange(item_offsets[-1] + 1)), second
 
+    def __init__(self, column: pa.Array, item_offsets: np.ndarray):
+        pair_off, flat = unpack(column, np.int32)
+        flat = flat.astype(np.int64)
+        rows = np.repeat(np.arange(len(pair_off) - 1), np.diff(pair_off) // 2)
+        item = item_offsets[rows] + flat[0::2]
+        value = flat[1::2]
+        if len(item) > 1 and (item[1:] < item[:-1]).any():
+            order = np.argsort(item, kind="stable")
+            item, value = item[order], value[order]
+        self.item, self.value = item, value
+        self.masks = np.zeros(int(item_offsets[-1]), np.int64)
+        keep = value >= 0
+        np.bitwise_or.at(self.masks, item[keep], np.left_shift(1, np.minimum(value[keep], MASK_BITS)))
 
-def _or_reduce(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Bitwise OR of `1 << v` over each list (v < 0 ignored, v clipped to MASK_BITS); 0 for empty lists."""
-    out = np.zeros(len(offsets) - 1, np.int64)
-    lengths = np.diff(offsets)
-    full = np.flatnonzero(lengths > 0)
-    if len(full):
-        bits = np.where(values >= 0, np.left_shift(1, np.clip(values, 0, MASK_BITS)), 0)
-        out[full] = np.bitwise_or.reduceat(bits, offsets[:-1][full])
-    return out
+    def of(self, item: int) -> list[int]:
+        """The values of one item, in pair order."""
+        a, b = np.searchsorted(self.item, [item, item + 1])
+        return [v for v in self.value[a:b].tolist() if v >= 0]
 
 
 def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     cs = np.concatenate(([0], np.cumsum(values)))
     return cs[offsets[1:]] - cs[offsets[:-1]]
+
+
+class _Subsets(dict):
+    """mask -> frozenset of those of `names`, built on first use (for rows with many racks)."""
+
+    def __init__(self, names: tuple):
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, mask: int) -> frozenset:
+        found = self[mask] = frozenset(n for j, n in enumerate(self.names) if mask >> j & 1)
+        return found
 
 
 class _Batch:
@@ -129,19 +140,17 @@ class _Batch:
         self.rack_names = rack_names.to_pylist()
 
         # Subscriptions as bitmasks over the row's topics; equal masks share one frozenset.
-        sub_off, sub = _pair_lists(col(8), self.m_off)
-        self.sub_off, self.sub = sub_off, sub
-        self.sub_mask = _or_reduce(sub, sub_off).tolist()
+        self.subscribed = _Pairs(col(8), self.m_off)
+        self.sub_mask = self.subscribed.masks.tolist()
 
         self.p_off, ptopic = unpack(col(9), np.int32)
         self.p_topic = ptopic.astype(np.int64)
         self.partition = unpack(col(10), np.int32)[1].astype(np.int64)
         self.lag = np.maximum(unpack(col(11), np.int64)[1], 0)
         self.observed = unpack(col(12), np.int32)[1].astype(np.int64)
-        rep_off, rep = _pair_lists(col(13), self.p_off)
+        self.replicas = _Pairs(col(13), self.p_off)
         self.p_row = np.repeat(np.arange(n), np.diff(self.p_off))
-        self.replica_mask = _or_reduce(rep, rep_off)
-        self.rep_off, self.rep = rep_off, rep
+        self.replica_mask = self.replicas.masks
         self.many_racks = np.diff(self.r_off) > MASK_BITS  # locality is not scored for these rows
 
         # Topic runs: partitions [run_start, run_end) are one topic of one row.
@@ -151,7 +160,7 @@ class _Batch:
         first_p = self.partition[run_starts] if len(run_starts) else run_starts
         last_p = self.partition[run_ends - 1] if len(run_starts) else run_starts
         contiguous = ((first_p == 0) & (last_p == run_ends - run_starts - 1)).tolist()
-        has_replicas = (np.diff(rep_off) > 0).astype(np.int64)
+        has_replicas = (self.replica_mask != 0).astype(np.int64)
         racked = (_segment_sums(has_replicas, np.append(run_starts, len(self.p_row))) > 0).tolist() if len(run_starts) else []
         run_rows = self.p_row[run_starts] if len(run_starts) else run_starts
         self.run_topic = [self.topic_names[i] for i in (self.t_off[run_rows] + self.p_topic[run_starts]).tolist()] if len(run_starts) else []
@@ -165,10 +174,14 @@ class _Batch:
         partition_list = self.partition.tolist()
         meta, positions = [], {}
         rack_cache: dict[tuple, tuple] = {}
-        self._rack_sets: dict[tuple, frozenset] = {}
+        self._rack_sets: dict[tuple, list] = {}
         mask_list, row_list, many = self.replica_mask.tolist(), self.p_row.tolist(), self.many_racks.tolist()
+        r_off = self.r_off.tolist()
         for r, (r0, r1) in enumerate(zip(starts, ends)):
             if contiguous[r]:
+                if not racked[r]:
+                    meta.append(TopicMetadata(r1 - r0, (), tuple(lag_list[r0:r1])))
+                    continue
                 count = r1 - r0
                 lags = tuple(lag_list[r0:r1])
                 rows = range(r0, r1)
@@ -190,35 +203,39 @@ class _Batch:
                 if many[row]:
                     racks = tuple(frozenset() if i is None else self._replica_racks(i) for i in rows)
                 else:
-                    names = tuple(self.rack_names[self.r_off[row] : self.r_off[row + 1]])
+                    names = tuple(self.rack_names[r_off[row] : r_off[row + 1]])
                     masks = mask_list[r0:r1] if contiguous[r] else [0 if i is None else mask_list[i] for i in rows]
                     key = (names, tuple(masks))
                     racks = rack_cache.get(key)
                     if racks is None:
-                        racks = rack_cache[key] = tuple(self._rack_set(names, mask) for mask in key[1])
+                        racks = rack_cache[key] = tuple(map(self._rack_sets_of(names).__getitem__, key[1]))
             meta.append(TopicMetadata(count, racks, lags))
         return meta, positions
 
-    def _rack_set(self, names: tuple, mask: int) -> frozenset:
-        """The racks of a bitmask over one row's rack names; equal (names, mask) share one frozenset."""
-        found = self._rack_sets.get((names, mask))
+    def _rack_sets_of(self, names: tuple):
+        """mask -> frozenset of those of `names`: a list of every subset when there are few racks."""
+        found = self._rack_sets.get(names)
         if found is None:
-            found = self._rack_sets[names, mask] = frozenset(n for j, n in enumerate(names) if mask >> j & 1)
+            if len(names) <= 8:
+                found = [frozenset(n for j, n in enumerate(names) if mask >> j & 1) for mask in range(1 << len(names))]
+            else:
+                found = _Subsets(names)
+            self._rack_sets[names] = found
         return found
 
     def _replica_racks(self, i: int) -> frozenset:
         names, base = self.rack_names, self.r_off[self.p_row[i]]
-        return frozenset(names[base + j] for j in self.rep[self.rep_off[i] : self.rep_off[i + 1]].tolist())
+        return frozenset(names[base + j] for j in self.replicas.of(i))
 
     def subscription(self, row: int, member: int) -> frozenset:
         """Member slot `member`'s subscription as topic names (the slow path for rows of many topics)."""
         base, names = self.t_off[row], self.topic_names
-        return frozenset(names[base + j] for j in self.sub[self.sub_off[member] : self.sub_off[member + 1]].tolist() if j >= 0)
+        return frozenset(names[base + j] for j in self.subscribed.of(member))
 
     def _previous_partitions(self) -> np.ndarray:
         """Each partition's index in the group's previous sample (-1: none, or the group's first sample)."""
         prev = np.full(len(self.p_row), -1, np.int64)
-        if len(prev) == 0:
+        if len(prev) == 0 or self.first_of_group.all():
             return prev
         tcode = self.topic_code[self.t_off[self.p_row] + self.p_topic]
         width = int(self.partition.max()) + 2
@@ -253,6 +270,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
     m_off, t_off = b.m_off.tolist(), b.t_off.tolist()
     first_run = b.row_first_run
     subscription_cache: dict = {}
+    shared: dict = {}
     for row, first in enumerate(b.first_of_group.tolist()):
         if first:
             previous = [None] * n_assignors
@@ -301,7 +319,14 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
             current = previous[a]
             if current is None:
                 if fresh is None:
-                    fresh = {mid: MemberSubscription(s, rk, ins) for mid, s, rk, ins in zip(ids, subscriptions, racks, inst)}
+                    # A MemberSubscription without a current assignment does not name its member:
+                    # equal ones are shared across the batch.
+                    fresh = {}
+                    for mid, s, rk, ins in zip(ids, subscriptions, racks, inst):
+                        sub = shared.get((s, rk, ins))
+                        if sub is None:
+                            sub = shared[s, rk, ins] = MemberSubscription(s, rk, ins)
+                        fresh[mid] = sub
                 members = fresh
             else:
                 members = {
