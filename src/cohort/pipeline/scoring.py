@@ -130,7 +130,11 @@ class _Batch:
         self.member_ids = member_ids.to_pylist()
         self.member_code = _codes(member_ids)
         self.n_members = np.diff(self.m_off)
-        self.instances = _list(col(6))[1].to_pylist()
+        instances = _list(col(6))[1]
+        self.instances = instances.to_pylist()
+        # Rows whose members are all alike but for their id (one subscription, no rack, no static
+        # id): their spec is built without a Python step per member.
+        plain = _np(instances.is_null()).astype(np.int64) if len(instances) else np.zeros(0, np.int64)
         self.member_rack = unpack(col(7), np.int32)[1].astype(np.int64)
 
         self.t_off, topic_names = _list(col(3))
@@ -141,7 +145,16 @@ class _Batch:
 
         # Subscriptions as bitmasks over the row's topics; equal masks share one frozenset.
         self.subscribed = _Pairs(col(8), self.m_off)
-        self.sub_mask = self.subscribed.masks.tolist()
+        masks = self.subscribed.masks
+        self.sub_mask = masks.tolist()
+        plain = plain * (self.member_rack < 0)
+        starts = self.m_off[:-1]
+        alike = np.zeros(n, bool)
+        full = np.flatnonzero(self.n_members > 0)
+        if len(full):
+            same = np.minimum.reduceat(masks, starts[full]) == np.maximum.reduceat(masks, starts[full])
+            alike[full] = same & (np.minimum.reduceat(plain, starts[full]) == 1)
+        self.alike = (alike & (np.diff(self.t_off) <= MASK_BITS)).tolist()
 
         self.p_off, ptopic = unpack(col(9), np.int32)
         self.p_topic = ptopic.astype(np.int64)
@@ -269,6 +282,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
     previous: list = [None] * n_assignors
     m_off, t_off = b.m_off.tolist(), b.t_off.tolist()
     first_run = b.row_first_run
+    alike = b.alike
     subscription_cache: dict = {}
     shared: dict = {}
     for row, first in enumerate(b.first_of_group.tolist()):
@@ -290,8 +304,28 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
         ids = member_ids[m0:m1]
         slot_of = dict(zip(ids, range(m1 - m0)))
 
-        # Subscriptions: one frozenset per distinct (topic names, mask), shared across rows.
         t0, t1 = t_off[row], t_off[row + 1]
+        if alike[row]:
+            names, mask = tuple(topic_names[t0:t1]), sub_mask[m0]
+            sub = subscription_cache.get((names, mask))
+            if sub is None:
+                sub = subscription_cache[names, mask] = frozenset(n for j, n in enumerate(names) if mask >> j & 1)
+            spec = shared.get((sub, None, None))
+            if spec is None:
+                spec = shared[sub, None, None] = MemberSubscription(sub)
+            alike_fresh = dict.fromkeys(ids, spec)
+            for a, assignor in enumerate(assignors):
+                current = previous[a]
+                if current is None:
+                    members = alike_fresh
+                else:
+                    members = {mid: MemberSubscription(sub, None, None, current.get(mid, EMPTY)) for mid in ids}
+                result = _assign(assignor, GroupSpec(members, homogeneous), describer, errors[a], row)
+                if result is not None:
+                    _record(result, owners[a], slot_of, positions, base_of)
+                previous[a] = result
+            continue
+        # Subscriptions: one frozenset per distinct (topic names, mask), shared across rows.
         if t1 - t0 > MASK_BITS:
             subscriptions = [b.subscription(row, m) for m in range(m0, m1)]
         else:
@@ -333,30 +367,39 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
                     mid: MemberSubscription(s, rk, ins, current.get(mid, EMPTY))
                     for mid, s, rk, ins in zip(ids, subscriptions, racks, inst)
                 }
-            try:
-                result = assignor.assign(GroupSpec(members, sub_type), describer)
-            except PartitionAssignorError as e:
-                errors[a][row] = f"{type(e).__name__}: {e}"
-                previous[a] = None
-                continue
-            owner_a = owners[a]
-            for mid, tps in result.items():
-                slot = slot_of[mid]
-                for topic, parts in tps.items():
-                    pos = positions.get(topic)
-                    if pos is None:
-                        base = base_of.get(topic)
-                        if base is not None:
-                            for p in parts:
-                                owner_a[base + p] = slot
-                    else:
-                        for p in parts:
-                            i = pos.get(p)
-                            if i is not None:
-                                owner_a[i] = slot
+            result = _assign(assignor, GroupSpec(members, sub_type), describer, errors[a], row)
+            if result is not None:
+                _record(result, owners[a], slot_of, positions, base_of)
             previous[a] = result
     owner = np.array(owners, np.int64).reshape(n_assignors, len(b.p_row))
     return _assemble(b, batch, assignors, owner, errors)
+
+
+def _assign(assignor, spec: GroupSpec, describer, errors: dict, row: int):
+    """The assignor's result, or None after noting its PartitionAssignorError for the row."""
+    try:
+        return assignor.assign(spec, describer)
+    except PartitionAssignorError as e:
+        errors[row] = f"{type(e).__name__}: {e}"
+        return None
+
+
+def _record(result, owner: list, slot_of: dict, positions, base_of: dict) -> None:
+    """Write a result's owners (member slots within the row) into the batch's owner list."""
+    for mid, tps in result.items():
+        slot = slot_of[mid]
+        for topic, parts in tps.items():
+            pos = positions.get(topic)
+            if pos is None:
+                base = base_of.get(topic)
+                if base is not None:
+                    for p in parts:
+                        owner[base + p] = slot
+            else:
+                for p in parts:
+                    i = pos.get(p)
+                    if i is not None:
+                        owner[i] = slot
 
 
 def _assemble(b: _Batch, batch: pa.RecordBatch, assignors, owner, errors) -> pa.RecordBatch:
