@@ -59,6 +59,14 @@ def test_static_members_come_before_dynamic_ones():
     assert result == {"M": {"t": (0, 1)}, "Z": {"t": (2, 3)}, "A": {"t": (4,)}}
 
 
+def test_an_empty_instance_id_is_still_static():
+    # Range order falls back to member ids only when no member has an instance id at all.
+    topics = {"t": TopicMetadata(3)}
+    result = assign({"A": member("t"), "B": member("t", instance_id="")}, topics)
+    assert result == {"B": {"t": (0, 1)}, "A": {"t": (2,)}}
+    assert assign({"B": member("t"), "A": member("t")}, topics) == {"A": {"t": (0, 1)}, "B": {"t": (2,)}}
+
+
 def test_heterogeneous_ranges_are_per_topic_subscribers():
     topics = {"a": TopicMetadata(4), "b": TopicMetadata(3)}
     result = assign({"m0": member("a"), "m1": member("a", "b"), "m2": member("b")}, topics)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from types import MappingProxyType
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +26,14 @@ from cohort.assignors import (
 )
 from cohort.assignors._uniform_heterogeneous import MAX_ITERATION_COUNT, _LoadRanges
 from cohort.assignors._uniform_homogeneous import assign_homogeneous
-from cohort.assignors._uniform_small import SMALL_MEMBERS, SMALL_PARTITIONS
+from cohort.assignors._uniform_small import (
+    SMALL_MEMBERS,
+    SMALL_PARTITIONS,
+    assign_by_partition,
+    assign_homogeneous_small,
+    keep_balanced,
+    keep_single_topic,
+)
 from cohort.assignors.uniform import UniformAssignor
 
 ASSIGNOR = UniformAssignor()
@@ -507,3 +515,165 @@ def test_larger_heterogeneous_groups_match_the_reference(seed):
     second = assign(survivors, topics)
     assert second == reference_heterogeneous(survivors, topics)
     check_contract(survivors, topics, second)
+
+
+# --- small groups: the shortcuts against the partition-at-a-time loop ----------------------------
+
+
+def small_args(members: dict, topics: TopicDescriber) -> tuple:
+    """The arguments `assign_homogeneous` hands the small-group builder."""
+    ids = sorted(members)
+    subscription = members[ids[0]].subscribed_topic_ids
+    topic_ids = [t for t in sorted(subscription) if topics.num_partitions(t) >= 0]
+    return ids, [members[m].assignment for m in ids], topic_ids, [topics.num_partitions(t) for t in topic_ids]
+
+
+def assert_same_result(result: dict, expected: dict, currents: list) -> None:
+    """Same content, same key order (members and topics), and the same inputs handed back."""
+    assert result == expected
+    assert list(result) == list(expected)
+    assert [list(a) for a in result.values()] == [list(a) for a in expected.values()]
+    assert all(type(p) is tuple for a in result.values() for p in a.values())
+    assert [a is c for a, c in zip(result.values(), currents)] == [a is c for a, c in zip(expected.values(), currents)]
+
+
+@st.composite
+def small_groups(draw):
+    """Homogeneous small groups whose current assignment is mostly well formed.
+
+    Each partition has at most one owner (or, rarely, two), so members hold ascending tuples
+    that are often not runs and loads that are often unbalanced; optional damage covers what
+    the shortcuts must leave to the general loop (unknown topics, empty entries, lists, ...).
+    """
+    uuids = draw(st.booleans())
+    names = [uuid.UUID(int=i * 7919 + 1) if uuids else f"t{i}" for i in range(3)]
+    counts = {t: draw(st.integers(0, 25)) for t in names[:draw(st.integers(1, 3))]}
+    ids = draw(st.lists(st.text("abcdefghij", min_size=1, max_size=2), min_size=1, max_size=9, unique=True))
+    holders = ids + ["gone"] * draw(st.integers(0, 2))  # partitions of members that left
+    owned: dict = {m: {} for m in ids}
+    fresh = draw(st.booleans())
+    for t, n in counts.items():
+        for p in range(n):
+            if fresh:
+                break
+            owner = draw(st.sampled_from(holders + [None]))
+            if owner in owned:
+                owned[owner].setdefault(t, []).append(p)
+            if draw(st.integers(0, 30)) == 0:  # rarely, claimed twice
+                owned[draw(st.sampled_from(ids))].setdefault(t, []).append(p)
+    members = {}
+    for m in ids:
+        current = {t: tuple(sorted(set(ps))) for t, ps in owned[m].items()}
+        damage = draw(st.sampled_from(["none"] * 6 + ["unknown", "empty", "copy", "list", "proxy", "grown"]))
+        if damage == "unknown":
+            current["unknown" if not uuids else uuid.UUID(int=5)] = (0, 1)
+        elif damage == "empty" and counts:
+            current[next(iter(counts))] = ()
+        elif damage == "copy" and uuids:
+            current = {uuid.UUID(str(t)): ps for t, ps in current.items()}
+        elif damage == "list" and current:
+            current[next(iter(current))] = list(next(iter(current.values())))
+        elif damage == "grown" and current:  # a partition beyond the topic (it shrank)
+            t = next(iter(current))
+            current[t] = current[t] + (counts[t],)
+        items = list(current.items())
+        draw(st.randoms(use_true_random=False)).shuffle(items)
+        current = dict(items)
+        members[m] = MemberSubscription(frozenset(counts),
+                                        assignment=MappingProxyType(current) if damage == "proxy" else current)
+    return members, TopicDescriber({t: TopicMetadata(n) for t, n in counts.items()})
+
+
+@PROPERTY_SETTINGS
+@given(small_groups())
+def test_small_group_shortcuts_match_the_partition_loop(group):
+    members, topics = group
+    args = small_args(members, topics)
+    expected = assign_by_partition(*args)
+    assert expected == reference_homogeneous(members, topics)
+    assert_same_result(assign_homogeneous_small(*args), expected, args[1])
+    assert_same_result(UniformAssignor().assign(GroupSpec.of(members), topics), expected, args[1])
+    assert assign_homogeneous(GroupSpec.of(members), topics, vectorised=True) == expected
+    # A stable group stays put, handing every member its mapping back.
+    again = {m: MemberSubscription(s.subscribed_topic_ids, assignment=expected[m]) for m, s in members.items()}
+    stable = assign_homogeneous_small(*small_args(again, topics))
+    assert_same_result(stable, expected, [expected[m] for m in sorted(members)])
+
+
+def test_new_group_shortcut_hands_back_empty_mappings_of_members_left_without_partitions():
+    empty, proxy = {}, MappingProxyType({})
+    subscription = frozenset({"t1", "t2"})
+    members = {"A": MemberSubscription(subscription, assignment=empty),
+               "B": MemberSubscription(subscription, assignment=proxy),
+               "C": member("t1", "t2"), "D": member("t1", "t2"), "E": member("t1", "t2")}
+    topics = describer(t1=1, t2=2)
+    result = assign(members, topics)
+    assert result == {"A": {}, "B": {}, "C": {"t1": (0,)}, "D": {"t2": (0,)}, "E": {"t2": (1,)}}
+    assert result["A"] is empty and type(result["B"]) is dict
+    assert_same_result(result, assign_by_partition(*small_args(members, topics)), [empty, proxy])
+
+
+class Parts(tuple):
+    """A tuple subclass, which the builders normalise to a plain tuple."""
+
+
+def test_single_topic_shortcut_keeps_only_complete_balanced_runs():
+    stable = {"B": {"t1": (2, 3, 4)}, "A": {"t1": (0, 1)}}
+    members = {m: member("t1", assignment=a) for m, a in stable.items()}
+    result = keep_single_topic(*small_args(members, describer(t1=5))[:2], "t1", 5)
+    assert result == stable and list(result) == ["A", "B"]
+    assert all(result[m] is stable[m] for m in stable)
+    interleaved = {"A": {"t1": (0, 2, 5)}, "B": {"t1": (1, 3)}, "C": {"t1": (4, 6)}}
+    members = {m: member("t1", assignment=a) for m, a in interleaved.items()}
+    result = keep_single_topic(*small_args(members, describer(t1=7))[:2], "t1", 7)
+    assert result == interleaved and all(result[m] is interleaved[m] for m in interleaved)
+    declined = [
+        ({"A": {"t1": ()}, "B": {"t1": (0,)}}, 1),  # an empty entry is dropped, which changes A
+        ({"A": {"t1": (0,)}, "B": {"t1": (1, 2, 3)}}, 4),  # unbalanced
+        ({"A": {"t1": (0, 3)}, "B": {"t1": (2, 1)}}, 4),  # B's tuple is not sorted
+        ({"A": {"t1": (0, 2)}, "B": {"t1": (1, 2)}}, 3),  # claimed twice, not runs
+        ({"A": {"t1": (0, 1.0)}, "B": {"t1": (2, 3)}}, 4),  # not ints
+        ({"A": {"t1": [0, 1]}, "B": {"t1": (2, 3)}}, 4),  # not a tuple
+        ({"A": {"t1": Parts((0, 1))}, "B": {"t1": (2, 3)}}, 4),  # nor a subclass: the output is plain tuples
+        ({"A": {"t0": (0, 1)}, "B": {"t1": (2, 3)}}, 4),  # another topic
+        ({"A": {"t1": (0, 1)}, "B": {"t1": (2, 3)}}, 5),  # incomplete
+        ({"A": {"t1": (0, 1)}, "B": {"t1": (1, 2)}}, 3),  # claimed twice
+    ]
+    for current, count in declined:
+        members = {m: member("t1", assignment=a) for m, a in current.items()}
+        args = small_args(members, describer(t1=count))
+        assert keep_single_topic(args[0], args[1], "t1", count) is None, current
+        if any(type(p) is float for a in current.values() for ps in a.values() for p in ps):  # no partition: raises
+            with pytest.raises(TypeError):
+                assign_by_partition(*args)
+            with pytest.raises(TypeError):
+                assign_homogeneous_small(*args)
+            continue
+        assert_same_result(assign_homogeneous_small(*args), assign_by_partition(*args), args[1])
+
+
+def test_several_topics_shortcut_keeps_only_complete_balanced_assignments():
+    topics = describer(t1=3, t2=4)
+    stable = {"A": {"t1": (0, 2), "t2": (3,)}, "B": {"t2": (0, 2)}, "C": {"t1": (1,), "t2": (1,)}}
+    members = {m: member("t1", "t2", assignment=a) for m, a in stable.items()}
+    result = keep_balanced(*small_args(members, topics))
+    assert result == stable and all(result[m] is stable[m] for m in stable)
+    # Fewer partitions than members: holding nothing is balanced.
+    few = {"A": {}, "B": {"t1": (0,)}, "C": {"t2": (0,)}}
+    members = {m: MemberSubscription(frozenset({"t1", "t2"}), assignment=a) for m, a in few.items()}
+    result = keep_balanced(*small_args(members, describer(t1=1, t2=1)))
+    assert result == few and all(result[m] is few[m] for m in few)
+    declined = [
+        {"A": {"t1": (0, 1, 2)}, "B": {"t2": (0, 1, 2, 3)}, "C": {}},  # C holds nothing
+        {"A": {"t1": (0, 2), "t2": (3,)}, "B": {"t2": (0, 2)}, "C": {"t1": (1,), "t2": ()}},  # empty entry
+        {"A": {"t1": (0, 2), "t2": (3,)}, "B": {"t2": (2, 0)}, "C": {"t1": (1,), "t2": (1,)}},  # unsorted
+        {"A": {"t1": (0, 2), "t3": (3,)}, "B": {"t2": (0, 2)}, "C": {"t1": (1,), "t2": (1,)}},  # unknown topic
+        {"A": {"t1": (0, 2), "t2": (3,)}, "B": {"t2": (0, 1)}, "C": {"t1": (1,), "t2": (1,)}},  # claimed twice
+        {"A": {"t1": (0, 1, 2), "t2": (3,)}, "B": {"t2": (0, 2)}, "C": {"t2": (1,)}},  # unbalanced
+        {"A": {"t1": (0, 2), "t2": (3,)}, "B": {"t2": Parts((0, 2))}, "C": {"t1": (1,), "t2": (1,)}},  # subclass
+    ]
+    for current in declined:
+        members = {m: MemberSubscription(frozenset({"t1", "t2"}), assignment=a) for m, a in current.items()}
+        args = small_args(members, topics)
+        assert keep_balanced(*args) is None, current
+        assert_same_result(assign_homogeneous_small(*args), assign_by_partition(*args), args[1])

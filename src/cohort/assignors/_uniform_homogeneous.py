@@ -16,7 +16,7 @@ fix), in the canonical order: members by member id, topics by topic id, partitio
 
 Everything per partition runs in numpy, and the output is assembled from runs of consecutive
 partitions with C-level `map`s; members whose assignment did not change get their input mapping
-back unchanged. Small groups take the equivalent plain loop in `_uniform_small` instead.
+back unchanged. Small groups take the equivalent plain code in `_uniform_small` instead.
 """
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ def assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber,
     member_count = len(member_ids)
     if not member_count:
         return {}
-    counts = known_topics(members[member_ids[0]].subscribed_topic_ids, topics)
-    topic_ids = list(counts)
-    offsets = np.zeros(len(topic_ids) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(counts.values(), np.int64, len(counts)), out=offsets[1:])
-    total = int(offsets[-1])
+    topic_ids, counts = known_topics(members[member_ids[0]].subscribed_topic_ids, topics)
     currents = list(map(_assignment, map(members.__getitem__, member_ids)))
-    if vectorised is False or (vectorised is None and total <= SMALL_PARTITIONS and member_count <= SMALL_MEMBERS):
-        return assign_homogeneous_small(member_ids, currents, topic_ids, list(counts.values()))
+    if vectorised is False or (vectorised is None and member_count <= SMALL_MEMBERS
+                               and sum(counts) <= SMALL_PARTITIONS):
+        return assign_homogeneous_small(member_ids, currents, topic_ids, counts)
+    offsets = np.zeros(len(topic_ids) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(counts, np.int64, len(counts)), out=offsets[1:])
+    total = int(offsets[-1])
 
     entries = _CurrentEntries(currents, topic_ids, offsets, total)
     owned = entries.owned

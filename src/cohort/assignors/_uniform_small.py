@@ -2,15 +2,27 @@
 
 The numpy builder pays microseconds per array operation whatever the size, which for a group
 of a few members and partitions is several times the work itself. Small groups (the common
-case) take this loop instead; it follows exactly the same rules and is tested against the
-numpy path and against a transcription of Kafka's algorithm.
+case) take the plain code here instead; it follows exactly the same rules and is tested against
+the numpy path and against a transcription of Kafka's algorithm.
+
+Two shortcuts cover the common cases and give the same result as the general loop:
+
+* a new group (nobody owns anything): the partitions in canonical order are cut into one
+  contiguous slice per member, the extra partitions going to the last members;
+* a stable group (the current assignment is complete, well formed and balanced): it is a
+  fixed point, so every member gets its current mapping back.
+
+Anything else (members joining or leaving, lists, unsorted or out-of-range partitions, double
+claims) runs the rules one partition at a time, which also normalises the input.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import chain, groupby
+from operator import ge, itemgetter
 
-from cohort.assignors._uniform_common import partition_tuple, reuse
+from cohort.assignors._uniform_common import ints, partition_tuple, reuse
 from cohort.assignors.api import GroupAssignment, PartitionAssignorError
 
 # Up to about these sizes the plain loop beats numpy (measured for new and stable groups).
@@ -20,7 +32,138 @@ SMALL_MEMBERS = 128
 
 def assign_homogeneous_small(member_ids: list[str], currents: list[Mapping], topic_ids: list,
                              counts: list[int]) -> GroupAssignment:
-    """The homogeneous builder (see _uniform_homogeneous) one partition at a time."""
+    """The homogeneous builder (see _uniform_homogeneous) for members and topics in canonical order."""
+    if not any(currents):
+        return assign_new_group(member_ids, currents, topic_ids, counts)
+    if len(counts) == 1:
+        result = keep_single_topic(member_ids, currents, topic_ids[0], counts[0])
+    else:
+        result = keep_balanced(member_ids, currents, topic_ids, counts)
+    if result is None:
+        result = assign_by_partition(member_ids, currents, topic_ids, counts)
+    return result
+
+
+def assign_new_group(member_ids: list[str], currents: list[Mapping], topic_ids: list,
+                     counts: list[int]) -> GroupAssignment:
+    """Nobody owns anything: every partition is unassigned and dealt out in canonical order.
+
+    Each member hands its extra slot back while enough members remain to take the extra
+    partitions, so the first `M - P % M` members get `P // M` and the last `P % M` one more;
+    a member left with nothing keeps its (empty) current mapping, as in the general rules.
+    """
+    member_count = len(member_ids)
+    min_quota, extra = divmod(sum(counts), member_count)
+    cutoff = member_count - extra
+    run = ints(max(counts, default=0))
+    result: GroupAssignment = {}
+    if len(counts) == 1:
+        topic_id = topic_ids[0]
+        start = 0
+        for index, member_id in enumerate(member_ids):
+            quota = min_quota + 1 if index >= cutoff else min_quota
+            if quota:
+                result[member_id] = {topic_id: run[start:start + quota]}
+                start += quota
+            else:
+                result[member_id] = reuse(currents[index])
+        return result
+    t = start = 0
+    for index, member_id in enumerate(member_ids):
+        quota = min_quota + 1 if index >= cutoff else min_quota
+        if not quota:
+            result[member_id] = reuse(currents[index])
+            continue
+        assignment = {}
+        while quota:
+            available = counts[t] - start
+            if not available:
+                t, start = t + 1, 0
+                continue
+            taken = quota if quota < available else available
+            assignment[topic_ids[t]] = run[start:start + taken]
+            start += taken
+            quota -= taken
+        result[member_id] = assignment
+    return result
+
+
+def keep_single_topic(member_ids: list[str], currents: list[Mapping], topic_id, count: int) -> GroupAssignment | None:
+    """The common stable group on one topic, or None: every member holds part of it, together all of it, balanced.
+
+    Such an assignment is a fixed point (KAFKA-18688), so every member gets its mapping back.
+    Usually each member holds a run: sorted by first partition, the tuples concatenate to
+    exactly (0, ..., count-1). Otherwise the partitions together must sort to that, and each
+    tuple must be sorted already. The sum of the partitions is an int only if they all are ints.
+    Anything else takes the general rules.
+    """
+    member_count = len(currents)
+    try:
+        values = list(chain.from_iterable(map(dict.values, currents)))
+        if len(values) != member_count or not _TUPLE_ONLY.issuperset(map(type, values)):
+            return None
+        every = ints(count)[:count]
+        if sum(sorted(values), ()) != every and (
+                tuple(sorted(chain.from_iterable(values))) != every or list(map(tuple, map(sorted, values))) != values):
+            return None
+    except TypeError:
+        return None
+    lengths = list(map(len, values))
+    shortest = min(lengths)
+    if (not shortest or max(lengths) > shortest + 1 or type(sum(chain.from_iterable(values))) is not int
+            or list(chain.from_iterable(currents)).count(topic_id) != member_count):
+        return None
+    if _DICT_ONLY.issuperset(map(type, currents)):
+        return dict(zip(member_ids, currents))
+    return dict(zip(member_ids, map(reuse, currents)))
+
+
+def keep_balanced(member_ids: list[str], currents: list[Mapping], topic_ids: list,
+                  counts: list[int]) -> GroupAssignment | None:
+    """`keep_single_topic` for several topics: per topic, the members' tuples make up the whole topic.
+
+    Members may hold several topics (or nothing, when there are fewer partitions than members);
+    the check is on each member's total. Entries must name the subscription's own topic id
+    objects (as the assignor's output does); equal copies take the general rules.
+    """
+    if sum(counts) >= len(currents) and not all(currents):
+        return None  # someone holds nothing although there is enough for everyone
+    by_identity = {id(t): i for i, t in enumerate(topic_ids)}
+    runs: list[list[tuple]] = [[] for _ in counts]
+    totals = []
+    try:
+        for current in currents:
+            total = 0
+            for topic_id, parts in current.items():
+                t = by_identity.get(id(topic_id))
+                if t is None or type(parts) is not tuple or not parts:
+                    return None
+                runs[t].append(parts)
+                total += len(parts)
+            totals.append(total)
+        every = ints(max(counts, default=0))
+        for t, count in enumerate(counts):
+            parts = runs[t]
+            if sum(sorted(parts), ()) != every[:count] and (
+                    tuple(sorted(chain.from_iterable(parts))) != every[:count]
+                    or list(map(tuple, map(sorted, parts))) != parts):
+                return None
+    except TypeError:
+        return None
+    if max(totals) > min(totals) + 1 or type(sum(chain.from_iterable(chain.from_iterable(runs)))) is not int:
+        return None
+    if _DICT_ONLY.issuperset(map(type, currents)):
+        return dict(zip(member_ids, currents))
+    return dict(zip(member_ids, map(reuse, currents)))
+
+
+_DICT_ONLY = frozenset((dict,))
+_TUPLE_ONLY = frozenset((tuple,))
+
+
+def assign_by_partition(member_ids: list[str], currents: list[Mapping], topic_ids: list,
+                        counts: list[int]) -> GroupAssignment:
+    """The builder one partition at a time, normalising any current assignment on the way."""
     by_identity = {id(t): i for i, t in enumerate(topic_ids)}
     by_value = {t: i for i, t in enumerate(topic_ids)}
     owners = [[-1] * n for n in counts]
@@ -40,7 +183,7 @@ def assign_homogeneous_small(member_ids: list[str], currents: list[Mapping], top
             if t is None or not parts:
                 changed[index] = True
                 continue
-            if type(parts) is not tuple or any(a >= b for a, b in zip(parts, parts[1:])):
+            if type(parts) is not tuple or any(map(ge, parts, parts[1:])):
                 changed[index] = True
                 parts = partition_tuple(parts)
                 if parts is None:
@@ -91,8 +234,14 @@ def assign_homogeneous_small(member_ids: list[str], currents: list[Mapping], top
 
 
 def _as_assignment(pairs: list[tuple[int, int]], topic_ids: list) -> dict:
-    """Ascending (topic index, partition) pairs -> {topic id: partitions}."""
-    grouped: dict = {}
-    for t, p in pairs:
-        grouped.setdefault(t, []).append(p)
-    return {topic_ids[t]: tuple(ps) for t, ps in grouped.items()}
+    """(topic index, partition) pairs, grouped by ascending topic index -> {topic id: partitions}."""
+    if not pairs:
+        return {}
+    t = pairs[0][0]
+    if t == pairs[-1][0]:  # one topic
+        return {topic_ids[t]: tuple(map(_partition, pairs))}
+    return {topic_ids[t]: tuple(map(_partition, group)) for t, group in groupby(pairs, _topic)}
+
+
+_topic = itemgetter(0)
+_partition = itemgetter(1)

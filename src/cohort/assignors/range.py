@@ -21,6 +21,7 @@ is matched as a unit, on the racks common to all its topics), then rack alignmen
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 
 from cohort.assignors._range_racks import needs_racks, rack_owners
 from cohort.assignors.api import (
@@ -51,6 +52,11 @@ def range_order(members: Mapping[str, MemberSubscription]) -> list[str]:
     )
 
 
+_instance_id = attrgetter("instance_id")
+_rack_id = attrgetter("rack_id")
+_NO_INSTANCE = frozenset((None,))
+
+
 class RangeAssignor:
     """Contiguous per-topic ranges in range order; co-partitioned; rack-aware when that helps."""
 
@@ -58,8 +64,10 @@ class RangeAssignor:
 
     def assign(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
         members = spec.members
-        result: GroupAssignment = {m: {} for m in sorted(members)}
-        order = range_order(members)
+        member_ids = sorted(members)
+        result: GroupAssignment = {m: {} for m in member_ids}
+        # Without static members range order is member id order.
+        order = member_ids if _NO_INSTANCE.issuperset(map(_instance_id, members.values())) else range_order(members)
 
         # Members with identical subscriptions form a class; a topic's subscribers are the union of
         # the classes naming it, so topics are grouped by (classes, partition count).
@@ -92,8 +100,8 @@ class RangeAssignor:
             if n > 0:
                 groups.setdefault((tuple(sorted(classes_of_topic[topic_id])), n), {})[topic_id] = None
 
-        rack_of = [members[m].rack_id for m in order]
-        any_rack = any(r is not None for r in rack_of)
+        rack_of = list(map(_rack_id, map(members.__getitem__, order)))
+        any_rack = rack_of.count(None) != len(rack_of)
         subscribers_of: dict[tuple, list[int]] = {}
         for (sig, n), group in groups.items():
             subs = subscribers_of.get(sig)
