@@ -128,7 +128,9 @@ class _Batch:
 
         self.m_off, member_ids = _list(col(5))
         self.member_ids = member_ids.to_pylist()
-        self.member_code = _codes(member_ids)
+        # Member ids as codes, to compare owners across a group's samples; when every row is a
+        # group's first sample, owners are only compared within a row, where slots do.
+        self.member_code = np.arange(len(member_ids)) if first.all() else _codes(member_ids)
         self.n_members = np.diff(self.m_off)
         instances = _list(col(6))[1]
         self.instances = instances.to_pylist()
