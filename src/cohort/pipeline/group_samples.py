@@ -177,6 +177,13 @@ def to_pylist(table: pa.Table) -> list[dict]:
     return rows
 
 
+def _exploded(lists, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """A list<string> column as (length per row, the row's key per element, the elements)."""
+    lists = lists.combine_chunks()
+    lengths = _np(lists.value_lengths(), null=0).astype(np.int64)
+    return lengths, np.repeat(keys, lengths), lists.flatten()
+
+
 def _pairs(key: np.ndarray, first: np.ndarray, second: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Pairs per key and the flattened (first, second) pairs, in input order, where second >= 0."""
     keep = second >= 0  # a null name names nothing
@@ -219,18 +226,12 @@ def from_flat(partitions: pa.Table, members: pa.Table) -> pa.Table:
     member_offsets = _offsets(np.bincount(m_key, minlength=n))
     partition_offsets = _offsets(np.bincount(p_key, minlength=n))
 
-    subs = m["subscribed_topics"].combine_chunks()
-    sub_len = _np(subs.value_lengths(), null=0).astype(np.int64)
-    sub_key = np.repeat(m_key, sub_len)
-    sub_names = subs.flatten()
+    sub_len, sub_key, sub_names = _exploded(m["subscribed_topics"], m_key)
     p_topic = p["topic"].combine_chunks()
     topic_offsets, topic_names, topic_at = _positions(
         np.concatenate([p_key, sub_key]), pa.concat_arrays([p_topic, sub_names]), n)
 
-    replicas = p["replica_racks"].combine_chunks()
-    rep_len = _np(replicas.value_lengths(), null=0).astype(np.int64)
-    rep_key = np.repeat(p_key, rep_len)
-    rep_names = replicas.flatten()
+    rep_len, rep_key, rep_names = _exploded(p["replica_racks"], p_key)
     m_rack = m["rack"].combine_chunks()
     rack_offsets, rack_names, rack_at = _positions(
         np.concatenate([m_key, rep_key]), pa.concat_arrays([m_rack, rep_names]), n)
