@@ -6,8 +6,8 @@ contiguous and ascending; groups come in any order, and a group may straddle bat
 (`score_batches` holds it back until its last sample has arrived).
 
 Per (group, sample) the Python work is only what the assignor interface needs (a `GroupSpec` and
-a `TopicDescriber` built from list slices) plus one walk over the returned assignment. Every score
-is computed for the whole batch at once with numpy.
+a describer answering from the batch's columns) plus one walk over the returned assignment.
+Every score is computed for the whole batch at once with numpy.
 
 Each assignor gets its own previous result as the current assignment, so stickiness is measured
 on its own history. A group's first sample is assigned fresh, and its moves are counted against
@@ -29,8 +29,6 @@ from cohort.assignors.api import (
     MemberSubscription,
     PartitionAssignorError,
     SubscriptionType,
-    TopicDescriber,
-    TopicMetadata,
 )
 from cohort.pipeline.group_samples import GROUP_COLUMN, _codes, _run_starts, unpack, whole_groups
 
@@ -100,6 +98,47 @@ class _Pairs:
 def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     cs = np.concatenate(([0], np.cumsum(values)))
     return cs[offsets[1:]] - cs[offsets[:-1]]
+
+
+class _RowTopics:
+    """The topic describer of one group sample, answered from the batch's columns.
+
+    Lags and replica racks are built only for the assignors that ask for them (`lag` reads lags,
+    `range` racks, `uniform` neither), and at most once per sample.
+    """
+
+    __slots__ = ("_b", "_runs", "_lags", "_racks")
+
+    def __init__(self, batch: "_Batch", runs: dict):
+        self._b, self._runs = batch, runs  # topic -> run index
+        self._lags: dict = {}
+        self._racks: dict = {}
+
+    def num_partitions(self, topic_id) -> int:
+        r = self._runs.get(topic_id)
+        return -1 if r is None else self._b.run_count[r]
+
+    def partition_lags(self, topic_id):
+        r = self._runs.get(topic_id)
+        if r is None:
+            return None
+        lags = self._lags.get(r)
+        if lags is None:
+            lags = self._lags[r] = self._b.lags_of(r)
+        return lags
+
+    def racks_for_partition(self, topic_id, partition: int) -> frozenset:
+        r = self._runs.get(topic_id)
+        if r is None:
+            return frozenset()
+        racks = self._racks.get(r)
+        if racks is None:
+            racks = self._racks[r] = self._b.racks_of(r)
+        return frozenset() if partition >= len(racks) else racks[partition]
+
+    def has_racks(self, topic_id) -> bool:
+        r = self._runs.get(topic_id)
+        return r is not None and self._b.run_racked[r]
 
 
 class _Subsets(dict):
@@ -180,52 +219,49 @@ class _Batch:
         run_rows = self.p_row[run_starts] if len(run_starts) else run_starts
         self.run_topic = [self.topic_names[i] for i in (self.t_off[run_rows] + self.p_topic[run_starts]).tolist()] if len(run_starts) else []
         self.run_start = run_starts.tolist()
-        self.run_meta, self.run_positions = self._topic_metadata(run_starts.tolist(), run_ends.tolist(), contiguous, racked)
+        self.run_end = run_ends.tolist()
+        self.run_contiguous, self.run_racked = contiguous, racked
+        partition_list = self.partition.tolist()
+        self.run_count = [r1 - r0 if c else max(partition_list[r1 - 1] + 1, 0)
+                          for r0, r1, c in zip(self.run_start, self.run_end, contiguous)]
+        # Partitions of runs that are not 0..n-1 in order: partition -> index in the batch.
+        self.run_positions: dict[int, dict[int, int]] = {}
+        for r in (i for i, c in enumerate(contiguous) if not c):
+            self.run_positions[r] = {p: i for i in range(self.run_start[r], self.run_end[r])
+                                     if 0 <= (p := partition_list[i]) < self.run_count[r]}
+        self._lag_list = self.lag.tolist()
+        self._rack_cache: dict[tuple, tuple] = {}
+        self._rack_sets: dict[tuple, list] = {}
+        self._mask_list = self.replica_mask.tolist()
 
         self.prev_partition = self._previous_partitions()
 
-    def _topic_metadata(self, starts, ends, contiguous, racked):
-        lag_list = self.lag.tolist()
-        partition_list = self.partition.tolist()
-        meta, positions = [], {}
-        rack_cache: dict[tuple, tuple] = {}
-        self._rack_sets: dict[tuple, list] = {}
-        mask_list, row_list, many = self.replica_mask.tolist(), self.p_row.tolist(), self.many_racks.tolist()
-        r_off = self.r_off.tolist()
-        for r, (r0, r1) in enumerate(zip(starts, ends)):
-            if contiguous[r]:
-                if not racked[r]:
-                    meta.append(TopicMetadata(r1 - r0, (), tuple(lag_list[r0:r1])))
-                    continue
-                count = r1 - r0
-                lags = tuple(lag_list[r0:r1])
-                rows = range(r0, r1)
-            else:
-                count = max(partition_list[r1 - 1] + 1, 0)
-                dense = [0] * count
-                pos = {}
-                for i in range(r0, r1):
-                    p = partition_list[i]
-                    if 0 <= p < count:
-                        dense[p] = lag_list[i]
-                        pos[p] = i
-                positions[r] = pos
-                lags = tuple(dense)
-                rows = [pos.get(p) for p in range(count)]
-            racks = ()
-            if racked[r]:
-                row = row_list[r0]
-                if many[row]:
-                    racks = tuple(frozenset() if i is None else self._replica_racks(i) for i in rows)
-                else:
-                    names = tuple(self.rack_names[r_off[row] : r_off[row + 1]])
-                    masks = mask_list[r0:r1] if contiguous[r] else [0 if i is None else mask_list[i] for i in rows]
-                    key = (names, tuple(masks))
-                    racks = rack_cache.get(key)
-                    if racks is None:
-                        racks = rack_cache[key] = tuple(map(self._rack_sets_of(names).__getitem__, key[1]))
-            meta.append(TopicMetadata(count, racks, lags))
-        return meta, positions
+    def lags_of(self, r: int) -> tuple:
+        """Run r's lags by partition id (0 where a partition has no row)."""
+        r0, r1 = self.run_start[r], self.run_end[r]
+        if self.run_contiguous[r]:
+            return tuple(self._lag_list[r0:r1])
+        dense = [0] * self.run_count[r]
+        for p, i in self.run_positions[r].items():
+            dense[p] = self._lag_list[i]
+        return tuple(dense)
+
+    def racks_of(self, r: int) -> tuple:
+        """Run r's replica racks by partition id (empty sets where unknown); equal layouts shared."""
+        if not self.run_racked[r]:
+            return ()
+        r0, r1 = self.run_start[r], self.run_end[r]
+        rows = range(r0, r1) if self.run_contiguous[r] else [self.run_positions[r].get(p) for p in range(self.run_count[r])]
+        row = int(self.p_row[r0])
+        if self.many_racks[row]:
+            return tuple(frozenset() if i is None else self._replica_racks(i) for i in rows)
+        names = tuple(self.rack_names[self.r_off[row] : self.r_off[row + 1]])
+        masks = self._mask_list
+        key = (names, tuple(masks[r0:r1] if self.run_contiguous[r] else [0 if i is None else masks[i] for i in rows]))
+        racks = self._rack_cache.get(key)
+        if racks is None:
+            racks = self._rack_cache[key] = tuple(map(self._rack_sets_of(names).__getitem__, key[1]))
+        return racks
 
     def _rack_sets_of(self, names: tuple):
         """mask -> frozenset of those of `names`: a list of every subset when there are few racks."""
@@ -278,7 +314,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
     owners = [[-1] * len(b.p_row) for _ in assignors]  # lists: cheaper to fill one item at a time
     errors: list[dict] = [{} for _ in assignors]
     member_ids, instances, rack_names, member_rack = b.member_ids, b.instances, b.rack_names, b.member_rack.tolist()
-    run_topic, run_meta, run_start, run_positions = b.run_topic, b.run_meta, b.run_start, b.run_positions
+    run_topic, run_start, run_positions = b.run_topic, b.run_start, b.run_positions
     sub_mask, topic_names, r_off_list = b.sub_mask, b.topic_names, b.r_off.tolist()
     homogeneous, heterogeneous = SubscriptionType.HOMOGENEOUS, SubscriptionType.HETEROGENEOUS
     previous: list = [None] * n_assignors
@@ -296,13 +332,13 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
         r0, r1 = first_run[row], first_run[row + 1]
         if r1 - r0 == 1:
             name = run_topic[r0]
-            topics = {name: run_meta[r0]}
+            runs = {name: r0}
             base_of = {name: run_start[r0]}
         else:
-            topics = {run_topic[r]: run_meta[r] for r in range(r0, r1)}
+            runs = {run_topic[r]: r for r in range(r0, r1)}
             base_of = {run_topic[r]: run_start[r] for r in range(r0, r1)}
         positions = {run_topic[r]: run_positions[r] for r in range(r0, r1) if r in run_positions} if run_positions else EMPTY
-        describer = TopicDescriber(topics)
+        describer = _RowTopics(b, runs)
         ids = member_ids[m0:m1]
         slot_of = dict(zip(ids, range(m1 - m0)))
 
