@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cohort.assignors import registry
+from cohort.assignors import _range_racks, registry
+from cohort.assignors import range as range_module
+from cohort.assignors._range_racks import needs_racks, rack_layout, rack_owners, rack_runs_small
 from cohort.assignors.api import GroupSpec, MemberSubscription, TopicDescriber, TopicMetadata
 from cohort.assignors.range import RangeAssignor
 
@@ -344,3 +347,104 @@ def test_long_runs_beyond_the_cached_ints():
     assert result["a"]["t"] == tuple(range(0, 3334))
     assert result["b"]["t"] == tuple(range(3334, 6668))
     assert result["c"]["t"] == tuple(range(6668, 10_001))
+
+
+# ---------------------------------------------------------------------------------------------
+# The small-group rack path (`rack_layout` + `rack_runs_small`) against the general one
+
+
+def general_path(members, topics):
+    """The assignment with the small-group rack path switched off (every group takes `rack_owners`)."""
+    with patch.object(range_module, "SMALL_SUBSCRIBERS", 0):
+        return assign(members, topics)
+
+
+@st.composite
+def small_rack_groups(draw):
+    """Pipeline-like groups, widened: uneven and missing racks, empty rack sets, static members,
+    up to three co-partitioned topics with their own replica layouts, sometimes a topic without racks."""
+    n = draw(st.integers(1, 24))
+    rack_pool = draw(st.sampled_from([RACKS, RACKS + ["r3"], ["r0", "r1"]]))
+    replica_sets = st.frozensets(st.sampled_from(rack_pool), max_size=3)
+    topics = {}
+    for i in range(draw(st.integers(1, 3))):
+        shape = draw(st.sampled_from(["own", "own", "copy", "none"]))
+        if shape == "copy" and topics:
+            layout = topics["t0"].racks
+        elif shape == "none":
+            layout = ()
+        else:
+            layout = tuple(draw(replica_sets) for _ in range(n))
+        topics[f"t{i}"] = TopicMetadata(n, layout)
+    subs = frozenset(topics)
+    weights = draw(st.lists(st.integers(0, 4), min_size=len(rack_pool) + 2, max_size=len(rack_pool) + 2))
+    choices = [r for r, w in zip([None, "elsewhere", *rack_pool], weights) for _ in range(w)] or [None]
+    static = draw(st.booleans())
+    members = {}
+    for i in range(draw(st.integers(1, 17))):
+        instance = f"i{draw(st.integers(0, 20)):02d}-{i}" if static and draw(st.booleans()) else None
+        rack = draw(st.sampled_from(choices))
+        members[f"m{draw(st.integers(0, 99)):02d}-{i}"] = member(*subs, instance_id=instance, rack=rack)
+    return members, topics
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_rack_groups())
+def test_small_group_rack_path_matches_the_general_path(group):
+    members, topics = group
+    fast = assign(members, topics)
+    general = general_path(members, topics)
+    assert fast == general
+    assert [list(a.items()) for a in fast.values()] == [list(a.items()) for a in general.values()]
+    assert all(type(parts) is tuple for a in fast.values() for parts in a.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 30),
+    st.lists(st.sampled_from([None, "r0", "r1", "r2", "x"]), min_size=1, max_size=16),
+    st.lists(
+        st.lists(st.frozensets(st.sampled_from(RACKS), max_size=3), min_size=30, max_size=30), min_size=1, max_size=3
+    ),
+    st.booleans(),
+)
+def test_rack_runs_small_matches_rack_owners(n, sub_racks, layouts, co_partitioned):
+    layouts = frozenset(tuple(layout[:n]) for layout in layouts)
+    layout = rack_layout(layouts)
+    assert layout.needs_racks(sub_racks) == any(needs_racks(sub_racks, racks) for racks in layouts)
+    common = [frozenset.intersection(*racks) for racks in zip(*layouts)]
+    owned = [[] for _ in sub_racks]
+    for p, pos in enumerate(rack_owners(n, sub_racks, common, co_partitioned)):
+        owned[pos].append(p)
+    assert rack_runs_small(n, sub_racks, layout, co_partitioned) == owned
+
+
+def test_small_path_fleet_shape_matches_general_path():
+    # The pipeline's shape: 2-8 members on three racks, one topic of 20 or two of 10, replicas on two racks.
+    rnd = random.Random(11)
+    pairs = [frozenset({"rack-a", "rack-b"}), frozenset({"rack-b", "rack-c"}), frozenset({"rack-c", "rack-a"})]
+    for _ in range(300):
+        n_topics = rnd.choice([1, 2])
+        n = 20 // n_topics
+        topics = {f"events-{j}": TopicMetadata(n, tuple(rnd.choice(pairs) for _ in range(n))) for j in range(n_topics)}
+        static = rnd.random() < 0.3
+        members = {
+            f"g-m{i:03d}": member(*topics, rack=rnd.choice(["rack-a", "rack-b", "rack-c"]),
+                                  instance_id=f"instance-{rnd.randint(0, 99)}" if static else None)
+            for i in range(rnd.randint(2, 8))
+        }
+        result = assign(members, topics)
+        assert result == general_path(members, topics)
+        check_contract(members, topics, result)
+
+
+def test_layout_cache_is_bounded_and_keyed_by_content():
+    layouts = frozenset({racks("a", "b")})
+    first = rack_layout(layouts)
+    assert rack_layout(frozenset({racks("a", "b")})) is first  # equal layouts, other objects: same entry
+    for i in range(_range_racks._CACHED_LAYOUTS + 10):
+        rack_layout(frozenset({(frozenset({f"r{i}"}), frozenset({"x"}))}))
+    assert 0 < len(_range_racks._layouts) <= _range_racks._CACHED_LAYOUTS
+    big = frozenset({racks(*["a", "b"] * 65), racks(*["b", "a"] * 65)})  # 2 x 130 partitions: not kept
+    assert rack_layout(big).set_of == (0,) * 130
+    assert big not in _range_racks._layouts

@@ -19,13 +19,11 @@ from collections.abc import Sequence
 
 def needs_racks(subscriber_racks: Sequence[str | None], partition_racks: Sequence[frozenset]) -> bool:
     """Kafka's `useRackAwareAssignment`: some subscriber rack hosts a replica, and racks differ by partition."""
-    member_racks = {r for r in subscriber_racks if r is not None}
-    if not member_racks:
+    member_racks = set(subscriber_racks)
+    member_racks.discard(None)
+    if not member_racks or not partition_racks or partition_racks.count(partition_racks[0]) == len(partition_racks):
         return False
-    union = frozenset().union(*partition_racks)
-    if member_racks.isdisjoint(union):
-        return False
-    return any(racks != union for racks in partition_racks)
+    return not member_racks.isdisjoint(frozenset().union(*partition_racks))
 
 
 class _Quota:
@@ -142,3 +140,156 @@ def _fill(owner: list[int], quota: _Quota, k: int) -> None:
         taken = min(room, len(free) - i)
         i += taken
         quota.take(pos, taken)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small groups (a handful of subscribers, a few dozen partitions): the pipeline's million groups.
+# Same rules and owners as above, in fewer steps: the facts about a replica layout are worked out
+# once per distinct layout and cached (groups on the same topics see the same layouts: a few
+# thousand entries at most, dropped wholesale when full), the quota lives in locals, and the
+# co-partitioned match works on bit sets of subscriber positions instead of per-rack queues.
+
+SMALL_SUBSCRIBERS = 16
+SMALL_PARTITIONS = 256
+_CACHED_LAYOUTS = 2048
+_CACHEABLE_PARTITIONS = 256  # over all the layouts of an entry: bounds what the cache keeps alive
+
+
+class RackLayout:
+    """What rack matching needs to know about a co-partitioned group's replica layouts.
+
+    Per partition, the racks that count are those hosting it in every topic (the intersection over
+    the layouts): `hosted` lists each rack's partitions (ascending), `sets` holds the distinct rack
+    sets and `set_of` each partition's index into them. `checks` is (union of racks, every partition
+    on the same racks) per layout, for `needs_racks`.
+    """
+
+    __slots__ = ("hosted", "sets", "set_of", "checks")
+
+    def __init__(self, layouts: frozenset):
+        self.checks = tuple(
+            (frozenset().union(*layout), layout.count(layout[0]) == len(layout)) for layout in layouts
+        )
+        common = next(iter(layouts)) if len(layouts) == 1 else tuple(map(frozenset.intersection, *layouts))
+        hosted: dict[str, list[int]] = {}
+        sets: dict[frozenset, int] = {}
+        for p, racks in enumerate(common):
+            for rack in racks:
+                hosted.setdefault(rack, []).append(p)
+            sets.setdefault(racks, len(sets))
+        self.hosted = hosted
+        self.sets = tuple(map(tuple, sets))
+        self.set_of = tuple(map(sets.__getitem__, common))
+
+    def needs_racks(self, subscriber_racks: Sequence[str | None]) -> bool:
+        """`needs_racks` of any of the layouts."""
+        member_racks = set(subscriber_racks)
+        member_racks.discard(None)
+        if not member_racks:
+            return False
+        return any(not uniform and not member_racks.isdisjoint(union) for union, uniform in self.checks)
+
+
+_layouts: dict[frozenset, RackLayout] = {}
+
+
+def rack_layout(layouts: frozenset) -> RackLayout:
+    """The `RackLayout` of a set of equally long, non-empty replica layouts (tuples), cached when small."""
+    found = _layouts.get(layouts)
+    if found is None:
+        found = RackLayout(layouts)
+        if len(layouts) * len(found.set_of) <= _CACHEABLE_PARTITIONS:
+            if len(_layouts) >= _CACHED_LAYOUTS:
+                _layouts.clear()
+            _layouts[layouts] = found
+    return found
+
+
+def rack_runs_small(
+    n: int, subscriber_racks: Sequence[str | None], layout: RackLayout, co_partitioned: bool
+) -> list[list[int]]:
+    """`rack_owners` on the racks common to `layout`'s topics, as each subscriber position's partitions.
+
+    A co-partitioned partition goes to the lowest subscriber position with room among those
+    matching its racks (rackless ones included): the minimum `_match_by_partition` takes over its
+    per-rack queues. A lone topic is `_match_by_subscriber`'s walk, on the cached per-rack lists.
+    """
+    k = len(subscriber_racks)
+    base, extra = divmod(n, k)
+    owned: list[list[int]] = [[] for _ in range(k)]
+    count = [0] * k
+    if co_partitioned:
+        # Subscriber positions as bits: which match each rack set, which still have room.
+        rackless, on_rack = 0, {}
+        for pos, rack in enumerate(subscriber_racks):
+            if rack is None:
+                rackless |= 1 << pos
+            else:
+                on_rack[rack] = on_rack.get(rack, 0) | 1 << pos
+        matching = []
+        for racks in layout.sets:
+            bits = rackless
+            for rack in racks:
+                bits |= on_rack.get(rack, 0)
+            matching.append(bits)
+        free: list[int] = []
+        cap = base + 1 if extra else base
+        open_ = (1 << k) - 1
+        for p, j in enumerate(layout.set_of):
+            bits = matching[j] & open_
+            if not bits:
+                free.append(p)
+                continue
+            first = bits & -bits
+            pos = first.bit_length() - 1
+            owned[pos].append(p)
+            got = count[pos] = count[pos] + 1
+            if got == cap:
+                open_ ^= first
+            if got > base:  # took one of the extra slots
+                extra -= 1
+                if not extra:
+                    cap = base
+                    open_ = sum(1 << q for q, c in enumerate(count) if c < base)
+    else:
+        taken = [False] * n
+        hosted = layout.hosted
+        heads: dict[str | None, int] = {}
+        nothing: list[int] = []
+        for pos, rack in enumerate(subscriber_racks):
+            room = base + 1 if extra else base  # nobody has taken anything yet
+            candidates = range(n) if rack is None else hosted.get(rack, nothing)
+            i, end = heads.get(rack, 0), len(candidates)
+            mine = owned[pos]
+            while room and i < end:
+                p = candidates[i]
+                i += 1
+                if not taken[p]:
+                    taken[p] = True
+                    mine.append(p)
+                    room -= 1
+            heads[rack] = i
+            if mine:
+                count[pos] = len(mine)
+                if count[pos] > base:
+                    extra -= 1
+        free = [p for p, t in enumerate(taken) if not t]
+    end, i = len(free), 0
+    for pos in range(k):
+        if i == end:
+            break
+        before = count[pos]
+        room = base + (1 if extra else 0) - before
+        if room <= 0:
+            continue
+        stop = min(i + room, end)
+        mine = owned[pos]
+        if mine:
+            mine += free[i:stop]
+            mine.sort()
+        else:
+            owned[pos] = free[i:stop]
+        if before <= base < before + stop - i:
+            extra -= 1
+        i = stop
+    return owned

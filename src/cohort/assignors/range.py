@@ -16,14 +16,24 @@ and not every partition sits on the same racks. Kafka switches every group over 
 qualifies; here each group decides for itself, so racks on one topic never reshuffle another.
 Priorities are balance (the per-topic counts above are kept exactly), then co-partitioning (a group
 is matched as a unit, on the racks common to all its topics), then rack alignment, best effort.
+Small groups (at most 16 subscribers and 256 partitions) take a shorter path to the same result,
+with what a replica layout implies cached per distinct layout (`_range_racks.rack_layout`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import repeat
 from operator import attrgetter
 
-from cohort.assignors._range_racks import needs_racks, rack_owners
+from cohort.assignors._range_racks import (
+    SMALL_PARTITIONS,
+    SMALL_SUBSCRIBERS,
+    needs_racks,
+    rack_layout,
+    rack_owners,
+    rack_runs_small,
+)
 from cohort.assignors.api import (
     GroupAssignment,
     GroupSpec,
@@ -55,6 +65,7 @@ def range_order(members: Mapping[str, MemberSubscription]) -> list[str]:
 _instance_id = attrgetter("instance_id")
 _rack_id = attrgetter("rack_id")
 _NO_INSTANCE = frozenset((None,))
+_NOWHERE: frozenset = frozenset()
 
 
 class RangeAssignor:
@@ -116,28 +127,37 @@ class RangeAssignor:
     @staticmethod
     def _assign_with_racks(result, order, subs, rack_of, group, n, topics) -> bool:
         """Rack-matched assignment of one co-partitioned group; False (nothing done) when racks cannot help."""
-        sub_racks = [rack_of[p] for p in subs]
+        sub_racks = rack_of if len(subs) == len(rack_of) else [rack_of[p] for p in subs]
         has_racks = getattr(topics, "has_racks", None)
         racks_for = topics.racks_for_partition
-        nowhere = (frozenset(),) * n
         # Topics of a group usually share one replica layout; work on the distinct layouts only.
-        layouts = {
-            tuple([racks_for(t, p) for p in range(n)]) if has_racks is None or has_racks(t) else nowhere
+        layouts = frozenset(
+            tuple(map(racks_for, repeat(t, n), range(n))) if has_racks is None or has_racks(t) else (_NOWHERE,) * n
             for t in group
-        }
-        if not any(needs_racks(sub_racks, layout) for layout in layouts):
-            return False
-        if len(layouts) == 1:
-            (common,) = layouts
+        )
+        if len(subs) <= SMALL_SUBSCRIBERS and n <= SMALL_PARTITIONS:
+            layout = rack_layout(layouts)
+            if not layout.needs_racks(sub_racks):
+                return False
+            owned = rack_runs_small(n, sub_racks, layout, len(group) > 1)
         else:
-            common = [frozenset.intersection(*racks) for racks in zip(*layouts)]
-        owner = rack_owners(n, sub_racks, common, co_partitioned=len(group) > 1)
-        owned: list[list[int]] = [[] for _ in subs]
-        for p, pos in enumerate(owner):
-            owned[pos].append(p)  # ascending, since p is
+            if not any(needs_racks(sub_racks, layout) for layout in layouts):
+                return False
+            if len(layouts) == 1:
+                (common,) = layouts
+            else:
+                common = [frozenset.intersection(*racks) for racks in zip(*layouts)]
+            owned = [[] for _ in subs]
+            for p, pos in enumerate(rack_owners(n, sub_racks, common, co_partitioned=len(group) > 1)):
+                owned[pos].append(p)  # ascending, since p is
         for pos, parts in enumerate(owned):
             if parts:
-                result[order[subs[pos]]].update(dict.fromkeys(group, tuple(parts)))
+                member_id = order[subs[pos]]
+                target = result[member_id]
+                if target:
+                    target.update(dict.fromkeys(group, tuple(parts)))
+                else:
+                    result[member_id] = dict.fromkeys(group, tuple(parts))
         return True
 
 
