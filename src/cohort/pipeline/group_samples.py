@@ -307,47 +307,23 @@ FLAT_ORDER = ("group_id", "sample_seq", "kind", "topic", "partition", "member_id
 
 
 def flat_rows(partitions: pa.Table, members: pa.Table) -> pa.Table:
-    """Member and partition rows of the lag-sample layout as one sorted table of FLAT_SCHEMA rows."""
-    n_p, n_m = partitions.num_rows, members.num_rows
+    """Member and partition rows of the lag-sample layout as one sorted table of FLAT_SCHEMA rows.
 
-    def nulls(typ, n):
-        return pa.nulls(n, typ)
+    Each kind of row carries the FLAT_SCHEMA columns its table has; the others are null.
+    """
 
-    part = pa.table(
-        {
-            "group_id": partitions["group_id"],
-            "sample_seq": partitions["sample_seq"],
-            "sample_time": partitions["sample_time"],
-            "kind": pa.array(np.full(n_p, PARTITION_ROW, np.int8)),
-            "member_id": partitions["member_id"],
-            "topic": partitions["topic"],
-            "partition": partitions["partition"],
-            "lag": partitions["lag"],
-            "rack": nulls(pa.string(), n_p),
-            "instance_id": nulls(pa.string(), n_p),
-            "subscribed_topics": nulls(pa.list_(pa.string()), n_p),
-            "replica_racks": partitions["replica_racks"],
-        },
-        schema=FLAT_SCHEMA,
-    )
-    memb = pa.table(
-        {
-            "group_id": members["group_id"],
-            "sample_seq": members["sample_seq"],
-            "sample_time": members["sample_time"],
-            "kind": pa.array(np.full(n_m, MEMBER_ROW, np.int8)),
-            "member_id": members["member_id"],
-            "topic": nulls(pa.string(), n_m),
-            "partition": nulls(pa.int32(), n_m),
-            "lag": nulls(pa.int64(), n_m),
-            "rack": members["rack"],
-            "instance_id": members["instance_id"],
-            "subscribed_topics": members["subscribed_topics"],
-            "replica_racks": nulls(pa.list_(pa.string()), n_m),
-        },
-        schema=FLAT_SCHEMA,
-    )
-    both = pa.concat_tables([memb, part])
+    def rows(table: pa.Table, kind: int) -> pa.Table:
+        n = table.num_rows
+        return pa.table(
+            [
+                pa.array(np.full(n, kind, np.int8)) if f.name == "kind"
+                else table[f.name] if f.name in table.column_names else pa.nulls(n, f.type)
+                for f in FLAT_SCHEMA
+            ],
+            schema=FLAT_SCHEMA,
+        )
+
+    both = pa.concat_tables([rows(members, MEMBER_ROW), rows(partitions, PARTITION_ROW)])
     return both.sort_by([(c, "ascending") for c in FLAT_ORDER])
 
 
