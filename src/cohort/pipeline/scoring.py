@@ -30,7 +30,7 @@ from cohort.assignors.api import (
     PartitionAssignorError,
     SubscriptionType,
 )
-from cohort.pipeline.group_samples import GROUP_COLUMN, _codes, _run_starts, unpack, whole_groups
+from cohort.pipeline.group_samples import GROUP_COLUMN, _codes, _np, _run_starts, unpack, whole_groups
 
 MASK_BITS = 62  # topics or racks of one sample that fit a bitmask; beyond it the slow paths run
 
@@ -54,12 +54,6 @@ SCORE_SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
-
-
-def _np(array, null=None) -> np.ndarray:
-    if null is not None:
-        array = array.fill_null(null)
-    return array.to_numpy(zero_copy_only=False)
 
 
 def _list(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -139,6 +133,22 @@ class _RowTopics:
     def has_racks(self, topic_id) -> bool:
         r = self._runs.get(topic_id)
         return r is not None and self._b.run_racked[r]
+
+
+def _subsets(cache: dict, names: tuple):
+    """mask -> frozenset of the `names` whose bits are set, one table per distinct `names` in `cache`.
+
+    A list of every subset when there are few names (indexing it is the cheapest lookup), else a
+    dict that builds each subset on first use.
+    """
+    table = cache.get(names)
+    if table is None:
+        if len(names) <= 8:
+            table = [frozenset(n for j, n in enumerate(names) if mask >> j & 1) for mask in range(1 << len(names))]
+        else:
+            table = _Subsets(names)
+        cache[names] = table
+    return table
 
 
 class _Subsets(dict):
@@ -260,19 +270,8 @@ class _Batch:
         key = (names, tuple(masks[r0:r1] if self.run_contiguous[r] else [0 if i is None else masks[i] for i in rows]))
         racks = self._rack_cache.get(key)
         if racks is None:
-            racks = self._rack_cache[key] = tuple(map(self._rack_sets_of(names).__getitem__, key[1]))
+            racks = self._rack_cache[key] = tuple(map(_subsets(self._rack_sets, names).__getitem__, key[1]))
         return racks
-
-    def _rack_sets_of(self, names: tuple):
-        """mask -> frozenset of those of `names`: a list of every subset when there are few racks."""
-        found = self._rack_sets.get(names)
-        if found is None:
-            if len(names) <= 8:
-                found = [frozenset(n for j, n in enumerate(names) if mask >> j & 1) for mask in range(1 << len(names))]
-            else:
-                found = _Subsets(names)
-            self._rack_sets[names] = found
-        return found
 
     def _replica_racks(self, i: int) -> frozenset:
         names, base = self.rack_names, self.r_off[self.p_row[i]]
@@ -321,7 +320,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
     m_off, t_off = b.m_off.tolist(), b.t_off.tolist()
     first_run = b.row_first_run
     alike = b.alike
-    subscription_cache: dict = {}
+    subscription_tables: dict = {}  # topic names -> mask -> subscription, shared across rows
     shared: dict = {}
     for row, first in enumerate(b.first_of_group.tolist()):
         if first:
@@ -344,10 +343,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
 
         t0, t1 = t_off[row], t_off[row + 1]
         if alike[row]:
-            names, mask = tuple(topic_names[t0:t1]), sub_mask[m0]
-            sub = subscription_cache.get((names, mask))
-            if sub is None:
-                sub = subscription_cache[names, mask] = frozenset(n for j, n in enumerate(names) if mask >> j & 1)
+            sub = _subsets(subscription_tables, tuple(topic_names[t0:t1]))[sub_mask[m0]]
             spec = shared.get((sub, None, None))
             if spec is None:
                 spec = shared[sub, None, None] = MemberSubscription(sub)
@@ -363,17 +359,11 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
                     _record(result, owners[a], slot_of, positions, base_of)
                 previous[a] = result
             continue
-        # Subscriptions: one frozenset per distinct (topic names, mask), shared across rows.
         if t1 - t0 > MASK_BITS:
             subscriptions = [b.subscription(row, m) for m in range(m0, m1)]
         else:
-            names = tuple(topic_names[t0:t1])
-            subscriptions = []
-            for mask in sub_mask[m0:m1]:
-                sub = subscription_cache.get((names, mask))
-                if sub is None:
-                    sub = subscription_cache[names, mask] = frozenset(n for j, n in enumerate(names) if mask >> j & 1)
-                subscriptions.append(sub)
+            subscriptions = list(map(_subsets(subscription_tables, tuple(topic_names[t0:t1])).__getitem__,
+                                     sub_mask[m0:m1]))
         first_sub = subscriptions[0]
         sub_type = homogeneous
         for sub in subscriptions:
