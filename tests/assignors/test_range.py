@@ -448,3 +448,33 @@ def test_layout_cache_is_bounded_and_keyed_by_content():
     big = frozenset({racks(*["a", "b"] * 65), racks(*["b", "a"] * 65)})  # 2 x 130 partitions: not kept
     assert rack_layout(big).set_of == (0,) * 130
     assert big not in _range_racks._layouts
+
+
+class PerPartitionDescriber:
+    """Only the describer protocol: racks one partition at a time, no `partition_racks`."""
+
+    def __init__(self, topics):
+        self._inner = TopicDescriber(topics)
+
+    def num_partitions(self, topic_id):
+        return self._inner.num_partitions(topic_id)
+
+    def racks_for_partition(self, topic_id, partition):
+        return self._inner.racks_for_partition(topic_id, partition)
+
+    def partition_lags(self, topic_id):
+        return self._inner.partition_lags(topic_id)
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups(), st.data())
+def test_bulk_partition_racks_give_what_per_partition_lookups_give(group, data):
+    members, topics = group
+    # Some layouts list fewer partitions than the topic has: the missing ones have no racks.
+    topics = {t: TopicMetadata(meta.num_partitions, meta.racks[: data.draw(st.integers(0, len(meta.racks)))])
+              for t, meta in topics.items()}
+    spec = GroupSpec.of(members)
+    bulk = RANGE.assign(spec, TopicDescriber(topics))
+    one_by_one = RANGE.assign(spec, PerPartitionDescriber(topics))
+    assert bulk == one_by_one
+    assert [list(a.items()) for a in bulk.values()] == [list(a.items()) for a in one_by_one.values()]

@@ -14,6 +14,10 @@ Conventions every assignor follows:
 * Members are iterated by member id, partitions ascending, so the output depends only on the
   input's content, never on dict order.
 * Every member of the spec appears in the output, possibly with an empty dict.
+* A describer may also offer `partition_racks(topic_id)`: every partition's racks at once (a
+  sequence indexed by partition, empty when no rack is known). Rack-aware assignors use it when
+  present instead of one `racks_for_partition` call per partition; it is an optional fast path,
+  so it is not part of the `SubscribedTopicDescriber` protocol.
 """
 
 from __future__ import annotations
@@ -131,9 +135,9 @@ class TopicDescriber:
         meta = self._topics.get(topic_id)
         return None if meta is None else meta.lags
 
-    def has_racks(self, topic_id: TopicId) -> bool:
+    def partition_racks(self, topic_id: TopicId) -> Sequence[frozenset[str]]:
         meta = self._topics.get(topic_id)
-        return meta is not None and bool(meta.racks)
+        return () if meta is None else meta.racks
 
 
 @runtime_checkable

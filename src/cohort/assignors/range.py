@@ -128,13 +128,13 @@ class RangeAssignor:
     def _assign_with_racks(result, order, subs, rack_of, group, n, topics) -> bool:
         """Rack-matched assignment of one co-partitioned group; False (nothing done) when racks cannot help."""
         sub_racks = rack_of if len(subs) == len(rack_of) else [rack_of[p] for p in subs]
-        has_racks = getattr(topics, "has_racks", None)
-        racks_for = topics.racks_for_partition
         # Topics of a group usually share one replica layout; work on the distinct layouts only.
-        layouts = frozenset(
-            tuple(map(racks_for, repeat(t, n), range(n))) if has_racks is None or has_racks(t) else (_NOWHERE,) * n
-            for t in group
-        )
+        bulk = getattr(topics, "partition_racks", None)
+        if bulk is None:
+            racks_for = topics.racks_for_partition
+            layouts = frozenset(tuple(map(racks_for, repeat(t, n), range(n))) for t in group)
+        else:
+            layouts = frozenset(map(_sized, map(bulk, group), repeat(n)))
         if len(subs) <= SMALL_SUBSCRIBERS and n <= SMALL_PARTITIONS:
             layout = rack_layout(layouts)
             if not layout.needs_racks(sub_racks):
@@ -159,6 +159,14 @@ class RangeAssignor:
                 else:
                     result[member_id] = dict.fromkeys(group, tuple(parts))
         return True
+
+
+def _sized(racks, n: int) -> tuple:
+    """A topic's per-partition racks as a tuple of exactly n sets (missing ones empty)."""
+    if len(racks) == n and type(racks) is tuple:
+        return racks
+    racks = tuple(racks[:n])
+    return racks + (_NOWHERE,) * (n - len(racks))
 
 
 def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict, n: int) -> None:

@@ -39,6 +39,10 @@ class GroupTopicDescriber:
             return frozenset()
         return topic.racks[partition]
 
+    def partition_racks(self, topic_id: uuid.UUID) -> Sequence[frozenset[str]]:
+        topic = self._image.by_id.get(topic_id)
+        return () if topic is None else topic.racks
+
     def partition_lags(self, topic_id: uuid.UUID) -> Sequence[int] | None:
         if self._lag_provider is None:
             return None

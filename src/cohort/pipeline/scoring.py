@@ -98,7 +98,8 @@ class _RowTopics:
     """The topic describer of one group sample, answered from the batch's columns.
 
     Lags and replica racks are built only for the assignors that ask for them (`lag` reads lags,
-    `range` racks, `uniform` neither), and at most once per sample.
+    `range` racks, `uniform` neither), and at most once per sample; `partition_racks` hands out
+    the cached tuple itself, with equal layouts shared across the batch.
     """
 
     __slots__ = ("_b", "_runs", "_lags", "_racks")
@@ -130,9 +131,14 @@ class _RowTopics:
             racks = self._racks[r] = self._b.racks_of(r)
         return frozenset() if partition >= len(racks) else racks[partition]
 
-    def has_racks(self, topic_id) -> bool:
+    def partition_racks(self, topic_id) -> tuple:
         r = self._runs.get(topic_id)
-        return r is not None and self._b.run_racked[r]
+        if r is None:
+            return ()
+        racks = self._racks.get(r)
+        if racks is None:
+            racks = self._racks[r] = self._b.racks_of(r)
+        return racks
 
 
 def _subsets(cache: dict, names: tuple):
