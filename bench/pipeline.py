@@ -5,9 +5,10 @@
 
 1. Simulate GROUPS groups (20 partitions each, --samples samples) with `cohort pipeline simulate`'s code.
 2. For each assignor alone, then all together: the scoring stage of `evaluate` (read the
-   group-sample Parquet table, with more than one sample shuffle it by group and sort, mapInArrow
-   running the assignor, write the scores as Parquet), timed, as groups/s (group samples per
-   second when --samples > 1). Then the whole `evaluate` job once.
+   group-sample Parquet table in the splits `evaluate.even_splits` sets, with more than one sample
+   shuffle it by group and sort, mapInArrow running the assignor, write the scores as Parquet),
+   timed, as groups/s (group samples per second when --samples > 1). Then the whole `evaluate`
+   job once.
 3. Lag aggregation over AGG_ROWS partition samples (a simulated fleet with one sample): per group
    and sample, total lag, max partition lag and partition count, and per member the total lag.
    Spark (the same session) beside DuckDB (threads = Spark's cores) on the same Parquet files; the
@@ -49,20 +50,21 @@ def bench_evaluate(spark, work: Path, groups: int, samples: int, partitions: int
     p, m = evaluate.load_samples(spark, str(fleet))
     rows, grouped = evaluate.load_group_samples(spark, str(fleet), p, m)
     results = {"simulate_s": sim_t, "assignors": {}}
-    # Warm-up on 1 % of the rows, every task: starts the Python workers and imports the assignors,
-    # which would otherwise be charged to the first assignor timed.
-    evaluate.score(spark, rows.sample(fraction=0.01, seed=1), names, grouped).write.mode("overwrite").parquet(
-        str(work / "warm-up"))
-    shutil.rmtree(work / "warm-up", ignore_errors=True)
-    group_samples = groups * samples
-    for run in [[n] for n in names] + ([names] if len(names) > 1 else []):
-        label = ",".join(run)
-        out = work / f"scores-{label}"
-        (t,), _ = _timed(lambda: evaluate.score(spark, rows, run, grouped).write.mode("overwrite").parquet(str(out)))
-        rate = group_samples / t
-        results["assignors"][label] = {"seconds": t, "group_samples_per_s": rate}
-        print(f"evaluate scoring [{label}]: {t:.1f} s, {rate:,.0f} group samples/s", flush=True)
-        shutil.rmtree(out, ignore_errors=True)
+    with evaluate.even_splits(spark):  # as `evaluate.run` scores
+        # Warm-up on 1 % of the rows, every task: starts the Python workers and imports the assignors,
+        # which would otherwise be charged to the first assignor timed.
+        evaluate.score(spark, rows.sample(fraction=0.01, seed=1), names, grouped).write.mode("overwrite").parquet(
+            str(work / "warm-up"))
+        shutil.rmtree(work / "warm-up", ignore_errors=True)
+        group_samples = groups * samples
+        for run in [[n] for n in names] + ([names] if len(names) > 1 else []):
+            label = ",".join(run)
+            out = work / f"scores-{label}"
+            (t,), _ = _timed(lambda: evaluate.score(spark, rows, run, grouped).write.mode("overwrite").parquet(str(out)))
+            rate = group_samples / t
+            results["assignors"][label] = {"seconds": t, "group_samples_per_s": rate}
+            print(f"evaluate scoring [{label}]: {t:.1f} s, {rate:,.0f} group samples/s", flush=True)
+            shutil.rmtree(out, ignore_errors=True)
     (t,), facts = _timed(lambda: evaluate.run(spark, str(fleet), work / "evaluation", names))
     results["evaluate_job_s"] = t
     print(f"evaluate job [{','.join(names)}] (scores, summaries, report): {t:.1f} s; winner {facts['winner']}", flush=True)

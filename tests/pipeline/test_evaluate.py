@@ -101,3 +101,30 @@ def test_samples_without_the_group_sample_table_score_the_same(spark, fleet, eva
     want = spark.read.parquet(str(out / "scores")).orderBy(*key).collect()
     assert len(got) == fleet.groups * fleet.samples * len(ASSIGNORS)
     assert [r.asDict() for r in got] == [r.asDict() for r in want]
+
+
+def test_even_splits_reads_in_many_tasks_and_restores_the_session(spark, fleet):
+    from cohort.pipeline import evaluate
+
+    key = "spark.sql.files.minPartitionNum"
+    assert spark.conf.get(key, None) is None
+    rows = spark.read.parquet(str(fleet.dir / "group_samples"))
+
+    def splits():  # a new query each time: a DataFrame's own plan is fixed once it has run
+        return rows.select("group_id").rdd.getNumPartitions()
+
+    before = splits()
+    cores = spark.sparkContext.defaultParallelism
+    with evaluate.even_splits(spark):
+        assert spark.conf.get(key) == str(evaluate.SPLITS_PER_CORE * cores)
+        inside = splits()
+    assert spark.conf.get(key, None) is None
+    assert before <= cores < evaluate.SPLITS_PER_CORE * cores // 2 <= inside
+    # A session that chose its own split count keeps it.
+    spark.conf.set(key, "3")
+    try:
+        with evaluate.even_splits(spark):
+            assert spark.conf.get(key) == "3"
+        assert spark.conf.get(key) == "3"
+    finally:
+        spark.conf.unset(key)

@@ -16,6 +16,7 @@ Outputs under OUT: `scores/` (group, sample, assignor), `group_summary/` (group,
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from cohort.pipeline import group_samples, layout
@@ -23,6 +24,9 @@ from cohort.pipeline.scoring import SCORE_SCHEMA
 
 DEFAULT_ASSIGNORS = ("uniform", "range", "lag")
 QUANTILES = (0.5, 0.9, 0.99)
+# File splits per core when scoring: many even tasks, so no core idles through a lone last task.
+SPLITS_PER_CORE = 8
+_MIN_SPLITS = "spark.sql.files.minPartitionNum"
 
 
 class SamplesError(Exception):
@@ -90,6 +94,28 @@ def score(spark, rows, assignor_names, grouped: bool = False, num_partitions: in
         n = num_partitions or _default_partitions(spark, rows)
         rows = rows.repartition(n, "group_id").sortWithinPartitions(F.xxhash64("group_id"), "group_id", "sample_seq")
     return rows.mapInArrow(_score_fn(tuple(assignor_names)), layout.spark_schema(SCORE_SCHEMA))
+
+
+@contextmanager
+def even_splits(spark):
+    """Read files in about SPLITS_PER_CORE splits per core within the block (unless the session sets
+    its own `spark.sql.files.minPartitionNum`).
+
+    Spark's default aims at one split per core, capped at 128 MB, so a fleet of a few hundred MB
+    becomes a dozen tasks on two cores and the last one runs alone (on 1,000,000 groups, 11 equal
+    tasks and a small one: a twelfth of the time on one core). Eight per core bound that tail to
+    a sixteenth of a task's share. The setting is read when a query runs, so the block must cover
+    the action, not just the DataFrame's definition.
+    """
+    conf = spark.conf
+    if conf.get(_MIN_SPLITS, None) is not None:
+        yield
+        return
+    conf.set(_MIN_SPLITS, str(SPLITS_PER_CORE * spark.sparkContext.defaultParallelism))
+    try:
+        yield
+    finally:
+        conf.unset(_MIN_SPLITS)
 
 
 def group_summary(scores):
@@ -184,7 +210,8 @@ def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, 
 
     partitions, members = load_samples(spark, samples)
     rows, grouped = load_group_samples(spark, samples, partitions, members, num_partitions)
-    scores = written(score(spark, rows, assignor_names, grouped, num_partitions), "scores")
+    with even_splits(spark):
+        scores = written(score(spark, rows, assignor_names, grouped, num_partitions), "scores")
     summary = written(group_summary(scores), "group_summary")
     winners = written(group_winners(summary), "group_winners")
     totals = written(overall(scores, winners), "overall", files=1)
