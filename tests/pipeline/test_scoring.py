@@ -276,3 +276,24 @@ class Recorder(AllToFirst):
         self.replicas = {(t, p): topics.racks_for_partition(t, p) for s in spec.members.values()
                          for t in s.subscribed_topic_ids for p in range(max(topics.num_partitions(t), 0))}
         return super().assign(spec, topics)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_cycle_collector_is_off_while_a_batch_is_scored_and_restored_after(monkeypatch, enabled):
+    import gc
+
+    from cohort.pipeline import scoring
+
+    seen = []
+    real = scoring._score
+    monkeypatch.setattr(scoring, "_score", lambda batch, a: (seen.append(gc.isenabled()), real(batch, a))[1])
+    p, m = generate(np.arange(3), FleetParams(samples=2))
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        out = list(score_batches(from_flat(p, m).to_batches(max_chunksize=2), [assignors.get("range")]))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen and not any(seen)
+    assert sum(b.num_rows for b in out) == 6
