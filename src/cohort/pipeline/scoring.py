@@ -125,12 +125,7 @@ class _RowTopics:
         return lags
 
     def racks_for_partition(self, topic_id, partition: int) -> frozenset:
-        r = self._runs.get(topic_id)
-        if r is None:
-            return frozenset()
-        racks = self._racks.get(r)
-        if racks is None:
-            racks = self._racks[r] = self._b.racks_of(r)
+        racks = self.partition_racks(topic_id)
         return frozenset() if partition >= len(racks) else racks[partition]
 
     def partition_racks(self, topic_id) -> tuple:
