@@ -188,12 +188,17 @@ def balanced(rng: random.Random, spec: GroupSpec, meta: dict) -> dict:
     return current
 
 
-def scenario(rng: random.Random):
-    """(assignor, spec, describer, kind) for one random small group and current assignment."""
+def random_group(rng: random.Random):
+    """(assignor, topic names, topic metadata, spec, describer) of one random small group, no current assignment."""
     assignor = LagAssignor(rng.choice(TOLERANCES))
     names, meta = random_topics(rng)
     spec = random_members(rng, names)
-    topics = TopicDescriber(meta)
+    return assignor, names, meta, spec, TopicDescriber(meta)
+
+
+def scenario(rng: random.Random):
+    """(assignor, spec, describer, kind) for one random small group and current assignment."""
+    assignor, names, meta, spec, topics = random_group(rng)
     kind = rng.choice(["fresh", "previous", "drifted", "changed", "balanced", "garbage", "mixed"])
     if kind == "fresh":
         return assignor, spec, topics, kind
@@ -240,10 +245,7 @@ def test_small_path_answers_as_the_numpy_path(rng):
 @settings(max_examples=200, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_small_path_answers_every_fresh_group(rng):
-    assignor = LagAssignor(rng.choice(TOLERANCES))
-    names, meta = random_topics(rng)
-    spec = random_members(rng, names)
-    topics = TopicDescriber(meta)
+    assignor, names, meta, spec, topics = random_group(rng)
     if rng.random() < 0.5:
         spec = with_assignments(spec, {m: garbage(rng, names, meta) for m in spec.members})
     reference, error = outcome(numpy_path, assignor, spec, topics)
@@ -257,10 +259,7 @@ def test_small_path_answers_every_fresh_group(rng):
 @settings(max_examples=150, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_small_path_keeps_the_previous_result_when_lags_are_unchanged(rng):
-    assignor = LagAssignor(rng.choice(TOLERANCES))
-    names, meta = random_topics(rng)
-    spec = random_members(rng, names)
-    topics = TopicDescriber(meta)
+    assignor, _, _, spec, topics = random_group(rng)
     first, error = outcome(numpy_path, assignor, spec, topics)
     if error is not None:
         return

@@ -260,14 +260,20 @@ def test_offset_commits_are_checked_against_the_generation(connect):
     assert commit(a, 9, "offs", {"t": {1: 7}}) == {("t", 1): E.none}
 
 
+def park_a_join(connect, group):
+    """A stable one-member group and a second member's join parked on it: (a, b, a's join, b's correlation id)."""
+    a, b = connect(), connect()
+    ja = join_new(a, group)
+    a.request(14, 3, sync_body(group, 1, ja.member_id, [(ja.member_id, ASSIGN_A)]))
+    idb = join(b, group).member_id
+    corr = send(b, 11, 5, join_body(group, idb))
+    assert pending(b)
+    return a, b, ja, corr
+
+
 def test_parked_requests_are_answered_not_coordinator_on_unload(srv, connect):
     """The shutdown hook (`unload`) on a running server: every parked join gets NOT_COORDINATOR."""
-    a, b = connect(), connect()
-    ja = join_new(a, "unload")
-    a.request(14, 3, sync_body("unload", 1, ja.member_id, [(ja.member_id, ASSIGN_A)]))
-    idb = join(b, "unload").member_id
-    corr = send(b, 11, 5, join_body("unload", idb))
-    assert pending(b)
+    a, b, ja, corr = park_a_join(connect, "unload")
     srv.run(srv.server.group_coordinator.unload())
     got = answer(b, 11, 5, corr)
     assert got.error_code == E.not_coordinator
@@ -325,11 +331,6 @@ def test_a_released_sync_waits_for_the_fsync_of_the_leaders_assignment(srv, conn
 
 def test_stopping_the_server_answers_parked_joins_before_closing(srv, connect):
     """A real stop runs the shutdown hooks while connections are open: the parked join is answered."""
-    a, b = connect(), connect()
-    ja = join_new(a, "stopping")
-    a.request(14, 3, sync_body("stopping", 1, ja.member_id, [(ja.member_id, ASSIGN_A)]))
-    idb = join(b, "stopping").member_id
-    corr = send(b, 11, 5, join_body("stopping", idb))
-    assert pending(b)
+    a, b, _, corr = park_a_join(connect, "stopping")  # a stays open: its connection is the stable member's
     srv.stop()
     assert answer(b, 11, 5, corr).error_code == E.not_coordinator
