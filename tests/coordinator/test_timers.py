@@ -1,5 +1,8 @@
 """Keyed timers: replace, cancel, expiry order, no clock."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cohort.coordinator.timers import Timers
 
 
@@ -30,3 +33,22 @@ def test_heap_stays_bounded_under_rescheduling():
         timers.schedule(f"k{i % 10}", i, i)
     assert len(timers) == 10 and len(timers._heap) <= 4 * 10 + 64
     assert timers.next_deadline() == 9_990
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["schedule", "cancel", "pop"]), st.sampled_from(["lag-a", "lag-b", "s-a", "s-b", "s-c"]),
+                          st.integers(0, 100)), max_size=60), st.integers(0, 100))
+def test_any_due_is_whether_some_pending_timer_with_the_prefix_is_due(ops, now):
+    timers, pending = Timers(), {}
+    for op, key, t in ops:
+        if op == "schedule":
+            timers.schedule(key, t, None)
+            pending[key] = t
+        elif op == "cancel":
+            timers.cancel(key)
+            pending.pop(key, None)
+        else:
+            for fired, _ in timers.pop_expired(t):
+                del pending[fired]
+    for prefix in ("lag-", "s-", "x"):
+        assert timers.any_due(now, prefix) == any(k.startswith(prefix) and d <= now for k, d in pending.items())

@@ -36,14 +36,7 @@ from typing import TYPE_CHECKING
 
 from cohort.coordinator.consumer_group import ConsumerGroup, GroupState
 from cohort.coordinator.lag import imbalance, member_loads
-from cohort.coordinator.records import (
-    ConsumerGroupMetadataKey,
-    ConsumerGroupMetadataValue,
-    ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
-)
+from cohort.coordinator.records import ConsumerGroupMetadataKey, ConsumerGroupMetadataValue
 from cohort.coordinator.target import GroupTopicDescriber, compute_target
 
 if TYPE_CHECKING:
@@ -67,21 +60,30 @@ class LagBalanceState:
     rebalances: int = 0  # lag-driven epoch bumps since load
 
 
+def uses_lag(shard: "GroupCoordinatorShard", group: ConsumerGroup) -> bool:
+    """Whether the group has members and its chosen assignor is `lag` (so it is evaluated)."""
+    return bool(group.members) and shard.assignor_name(group) == LAG_ASSIGNOR
+
+
+def schedule(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
+    """The group's next evaluation one interval from `now` (replacing a pending one)."""
+    shard.timers.schedule(evaluation_key(group_id), now + shard.config.lag_rebalance_interval_ms, ("lag", group_id))
+
+
 def arm(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
     """Schedule the group's first evaluation unless one is pending."""
-    key = evaluation_key(group_id)
-    if key not in shard.timers:
-        shard.timers.schedule(key, now + shard.config.lag_rebalance_interval_ms, ("lag", group_id))
+    if evaluation_key(group_id) not in shard.timers:
+        schedule(shard, group_id, now)
 
 
 def evaluate(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
     """One evaluation (the timer's expiry); records go through `shard._emit` as any write."""
     group = shard.state.groups.get(group_id)
-    if group is None or not group.members or shard.assignor_name(group) != LAG_ASSIGNOR:
+    if group is None or not uses_lag(shard, group):
         shard.lag_balance.pop(group_id, None)
         return
     config = shard.config
-    shard.timers.schedule(evaluation_key(group_id), now + config.lag_rebalance_interval_ms, ("lag", group_id))
+    schedule(shard, group_id, now)
     state = shard.lag_balance.get(group_id)
     if state is None:
         state = shard.lag_balance[group_id] = LagBalanceState()
@@ -116,8 +118,5 @@ def _rebalance(shard: "GroupCoordinatorShard", group: ConsumerGroup, describer: 
         return False
     metadata_hash = shard.image.subscription_hash(group.subscribed_topic_names())
     shard._emit(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(epoch, metadata_hash))
-    for member_id in sorted(changed):
-        shard._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
-                    ConsumerGroupTargetAssignmentMemberValue(changed[member_id]))
-    shard._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
+    shard._write_target(gid, epoch, changed)
     return True

@@ -380,9 +380,8 @@ class GroupCoordinatorShard:
                              ("offsets",))
         self.lag_balance.clear()
         for group in self.state.groups.values():
-            if group.members and self.assignor_name(group) == lag_balance.LAG_ASSIGNOR:
-                self.timers.schedule(lag_balance.evaluation_key(group.group_id),
-                                     now + self.config.lag_rebalance_interval_ms, ("lag", group.group_id))
+            if lag_balance.uses_lag(self, group):
+                lag_balance.schedule(self, group.group_id, now)
 
     # ================================================================== timers
 
@@ -748,6 +747,10 @@ class GroupCoordinatorShard:
                 or self.state.group_config(group.group_id).assignor
                 or self.config.consumer_assignors[0])
 
+    def lag_evaluation_due(self, now: int) -> bool:
+        """Whether a lag evaluation is due at `now` (it may run the lag assignor: worth a worker thread)."""
+        return self.timers.any_due(now, lag_balance.LAG_EVALUATION_PREFIX)
+
     def assignor(self, name: str) -> Assignor:
         """The assignor registered under `name`: injected ones first, then cohort's registry."""
         found = self._assignors.get(name)
@@ -758,14 +761,17 @@ class GroupCoordinatorShard:
     def _update_target(self, group: ConsumerGroup) -> None:
         gid, epoch = group.group_id, group.group_epoch
         name = self.assignor_name(group)
-        changed = compute_target(group, self.image, self.assignor(name), epoch, self.lag_provider)
+        self._write_target(gid, epoch, compute_target(group, self.image, self.assignor(name), epoch, self.lag_provider))
+        if name == lag_balance.LAG_ASSIGNOR:
+            now = self._now
+            self._deferred.append(lambda: lag_balance.arm(self, gid, now))
+
+    def _write_target(self, gid: str, epoch: int, changed: Mapping[str, Assignment]) -> None:
+        """The records of a new target assignment: the changed members' (by member id), then its epoch."""
         for member_id in sorted(changed):
             self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
                        ConsumerGroupTargetAssignmentMemberValue(changed[member_id]))
         self._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
-        if name == lag_balance.LAG_ASSIGNOR:
-            now = self._now
-            self._deferred.append(lambda: lag_balance.arm(self, gid, now))
 
     # ================================================================== groups: delete / configs
 
@@ -949,8 +955,7 @@ class GroupCoordinatorShard:
         return DescribedGroup(
             group_id=group.group_id, group_state=group.state().value, group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch,
-            assignor_name=(group.preferred_assignor(self.config.consumer_assignors)
-                           or self.state.group_config(group.group_id).assignor or self.config.consumer_assignors[0]),
+            assignor_name=self.assignor_name(group),
             members=tuple(members),
         )
 
@@ -983,8 +988,7 @@ class GroupCoordinatorShard:
                                                             -1, m.rack_id))
             members.append(DescribedClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host,
                                                   subscription, encode_assignment(ProtocolAssignment(owned))))
-        assignor = (group.preferred_assignor(self.config.consumer_assignors)
-                    or self.state.group_config(group.group_id).assignor or self.config.consumer_assignors[0])
+        assignor = self.assignor_name(group)
         return DescribedClassicGroup(group.group_id, group_state=group.state().value, protocol_type=PROTOCOL_TYPE,
                                      protocol_data=assignor, members=tuple(members))
 

@@ -50,7 +50,6 @@ from cohort.coordinator import requests as rq
 from cohort.coordinator.config import INT_MAX
 from cohort.coordinator.errors import Errors
 from cohort.coordinator.lag import TopicOffsets
-from cohort.coordinator.lag_balance import LAG_EVALUATION_PREFIX
 from cohort.protocol import DecodedRequest
 from cohort.server import _classic
 from cohort.server import _group_codec as wire
@@ -538,7 +537,7 @@ class GroupCoordinator:
                 if deadline is None or deadline > now:
                     continue
                 self._prepare()
-                if self.shard.timers.any_due(now, LAG_EVALUATION_PREFIX):
+                if self.shard.lag_evaluation_due(now):
                     result = await self.server.offload(self.shard.expire, now)  # lag + maybe an assignor run
                 else:
                     result = self.shard.expire(now)
