@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 EXIT_USAGE, EXIT_FAILURE = 2, 1
@@ -81,16 +81,10 @@ def member_lags(view: GroupView) -> dict[str, int]:
     return {m.member_id: sum(partition_lag(view, tp) for tp in m.partitions) for m in view.members}
 
 
-def member_rows(view: GroupView) -> list[tuple[str, ...]]:
-    lags = member_lags(view)
+def member_rows(view: GroupView, lags: dict[str, int]) -> list[tuple[str, ...]]:
+    """One row per member, with its assigned lag from `lags` (`member_lags`)."""
     return [(view.group_id, m.member_id, m.host, m.client_id, str(len(m.partitions)), str(lags[m.member_id]))
             for m in sorted(view.members, key=lambda m: m.member_id)]
-
-
-def imbalance(lags: Iterable[int]) -> float:
-    values = list(lags)
-    total = sum(values)
-    return 1.0 if not values or total <= 0 else max(values) * len(values) / total
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -104,8 +98,10 @@ def render(view: GroupView, with_lag: bool) -> str:
            f"offset reset {'earliest' if view.reset_earliest else 'latest'})", "",
            table(PARTITION_COLUMNS, partition_rows(view))]
     if with_lag:
+        from cohort.coordinator.lag import imbalance  # the coordinator's own measure; imported only when asked for
+
         lags = member_lags(view)
-        out += ["", table(MEMBER_COLUMNS, member_rows(view)), "",
+        out += ["", table(MEMBER_COLUMNS, member_rows(view, lags)), "",
                 f"IMBALANCE (heaviest / mean assigned lag): {imbalance(lags.values()):.2f}"]
     return "\n".join(out)
 
@@ -117,7 +113,7 @@ class ToolError(Exception):
 def fetch(bootstrap: str, group_id: str, timeout: float) -> GroupView:
     """Ask the cluster (DescribeConsumerGroups, ListConsumerGroupOffsets, ListOffsets latest)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
+    from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000)})
     try:
@@ -144,14 +140,15 @@ def fetch(bootstrap: str, group_id: str, timeout: float) -> GroupView:
         raise ToolError(f"no answer from {bootstrap} within {timeout:g} s") from None
     state = getattr(desc.state, "name", str(desc.state))
     return GroupView(group_id, state, desc.partition_assignor or "", members, committed, ends, starts,
-                     _offset_reset(admin, ConfigResource, group_id, timeout) == "earliest")
+                     _offset_reset(admin, group_id, timeout) == "earliest")
 
 
-def _offset_reset(admin, config_resource, group_id: str, timeout: float) -> str:
+def _offset_reset(admin, group_id: str, timeout: float) -> str:
     """The group's consumer.offset.reset; `latest` when the broker does not know group configs."""
     from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource
 
-    resource = config_resource(config_resource.Type.GROUP, group_id)
+    resource = ConfigResource(ConfigResource.Type.GROUP, group_id)
     try:
         entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
     except (KafkaException, TimeoutError):
