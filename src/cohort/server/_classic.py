@@ -16,13 +16,12 @@ from cohort.coordinator import requests as rq
 from cohort.coordinator.errors import Errors
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, nested
-from cohort.server._group_codec import GROUP_OPS, ONE_MS, UNKNOWN_OPS, ZERO, err
+from cohort.server._group_codec import GROUP_OPS, LOADING, ONE_MS, UNKNOWN_OPS, ZERO, client_host, err
 
 if TYPE_CHECKING:
     from cohort.server.groups import GroupCoordinator
     from cohort.server.server import RequestContext, Server
 
-LOADING = "the group coordinator is loading"
 
 
 def install(server: "Server", coordinator: "GroupCoordinator") -> None:
@@ -33,10 +32,6 @@ def install(server: "Server", coordinator: "GroupCoordinator") -> None:
     reg(12, api.heartbeat, min_version=0, max_version=4)
     reg(13, api.leave_group, min_version=0, max_version=5)
     reg(15, api.describe_groups, min_version=0, max_version=5)
-
-
-def _host(ctx: "RequestContext") -> str:
-    return "/" + ctx.peer[0] if isinstance(ctx.peer, tuple) else ""
 
 
 # --- wire <-> coordinator ------------------------------------------------------------------------
@@ -123,7 +118,7 @@ class ClassicApi:
 
         if not self.c.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
-        request = join_request(body, version, req.client_id or "", _host(ctx))
+        request = join_request(body, version, req.client_id or "", client_host(ctx.peer))
         return self.c.write(ctx, request, lambda r: join_response(resp, version, r), fail)
 
     def sync_group(self, ctx: "RequestContext", req: DecodedRequest) -> Any:

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from cohort.coordinator import requests as rq
 from cohort.protocol.entities import build, nested
 
+LOADING = "the group coordinator is loading"
 ZERO = datetime.timedelta(0)
 ONE_MS = datetime.timedelta(milliseconds=1)
 NULL_UUID = uuid.UUID(int=0)
@@ -26,6 +27,11 @@ UNKNOWN_OPS = -(2**31)
 GROUP_OPS = sum(1 << op for op in (3, 6, 8, 10, 11))  # READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
 
 _ERRORS = {int(e): e for e in ErrorCode}
+
+
+def client_host(peer: Any) -> str:
+    """A member's client host as Kafka reports it ("/" + address), empty when the peer has no address."""
+    return "/" + peer[0] if isinstance(peer, tuple) else ""
 
 
 def err(code: int) -> ErrorCode:

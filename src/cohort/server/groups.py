@@ -464,7 +464,7 @@ class GroupCoordinator:
     async def _write_waiting(self, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any:
         async with self._lock:
             if not self.loaded:
-                return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "the group coordinator is loading")
+                return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
             self._prepare()
             if self._needs_offload(req):
                 result = await self.server.offload(self.shard.handle, req, now_ms())
@@ -556,10 +556,8 @@ class GroupCoordinator:
         if encoder is None:
             encoder = self._hb[req.version] = wire.HeartbeatEncoder(resp_type)
         if not self.loaded:
-            return wire.heartbeat_error(resp_type, Errors.COORDINATOR_LOAD_IN_PROGRESS, "the group coordinator is loading")
-        peer = ctx.peer
-        request = wire.heartbeat_request(req.body, req.version, req.client_id or "",
-                                         "/" + peer[0] if isinstance(peer, tuple) else "")
+            return wire.heartbeat_error(resp_type, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
+        request = wire.heartbeat_request(req.body, req.version, req.client_id or "", wire.client_host(ctx.peer))
         return self.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
 
     # --- ConsumerGroupDescribe (69) ----------------------------------------------------------
@@ -568,7 +566,7 @@ class GroupCoordinator:
         body, resp = req.body, req.codec.response_type
         if not self.loaded:
             return wire.consumer_group_describe_error(resp, tuple(body.group_ids), Errors.COORDINATOR_LOAD_IN_PROGRESS,
-                                                      "the group coordinator is loading")
+                                                      wire.LOADING)
         request = rq.ConsumerGroupDescribeRequest(tuple(body.group_ids), body.include_authorized_operations)
         return self.read(ctx, lambda: wire.consumer_group_describe_response(
             resp, self.shard.describe_groups(request), body.include_authorized_operations))
@@ -669,7 +667,7 @@ class GroupConfigs:
 
     def _check(self, name: str) -> None:
         if not self.coordinator.loaded:
-            raise BrokerError(Errors.COORDINATOR_LOAD_IN_PROGRESS, "the group coordinator is loading")
+            raise BrokerError(Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
         if not name or not name.strip():
             raise BrokerError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
 
