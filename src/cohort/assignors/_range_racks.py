@@ -14,7 +14,7 @@ A subscriber without a rack matches every partition, as in Kafka.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 
 def needs_racks(subscriber_racks: Sequence[str | None], partition_racks: Sequence[frozenset]) -> bool:
@@ -155,6 +155,11 @@ _CACHED_LAYOUTS = 2048
 _CACHEABLE_PARTITIONS = 256  # over all the layouts of an entry: bounds what the cache keeps alive
 
 
+def common_racks(layouts: Collection[Sequence[frozenset]]) -> Sequence[frozenset]:
+    """Per partition, the racks hosting it in every one of the (equally long) replica layouts."""
+    return next(iter(layouts)) if len(layouts) == 1 else tuple(map(frozenset.intersection, *layouts))
+
+
 class RackLayout:
     """What rack matching needs to know about a co-partitioned group's replica layouts.
 
@@ -170,7 +175,7 @@ class RackLayout:
         self.checks = tuple(
             (frozenset().union(*layout), layout.count(layout[0]) == len(layout)) for layout in layouts
         )
-        common = next(iter(layouts)) if len(layouts) == 1 else tuple(map(frozenset.intersection, *layouts))
+        common = common_racks(layouts)
         hosted: dict[str, list[int]] = {}
         sets: dict[frozenset, int] = {}
         for p, racks in enumerate(common):

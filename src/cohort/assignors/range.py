@@ -29,6 +29,7 @@ from operator import attrgetter
 from cohort.assignors._range_racks import (
     SMALL_PARTITIONS,
     SMALL_SUBSCRIBERS,
+    common_racks,
     needs_racks,
     rack_layout,
     rack_owners,
@@ -54,10 +55,15 @@ def _run(start: int, stop: int) -> tuple[int, ...]:
     return ints[start:stop]
 
 
-def range_order(members: Mapping[str, MemberSubscription]) -> list[str]:
-    """Member ids in range order: static members by instance id first, then dynamic ones by member id."""
+def range_order(members: Mapping[str, MemberSubscription], member_ids: list[str]) -> list[str]:
+    """Member ids in range order: static members by instance id first, then dynamic ones by member id.
+
+    `member_ids` are the members' ids, sorted; without static members they are the answer as is.
+    """
+    if _NO_INSTANCE.issuperset(map(_instance_id, members.values())):
+        return member_ids
     return sorted(
-        members,
+        member_ids,
         key=lambda m: (0, members[m].instance_id, m) if members[m].instance_id is not None else (1, "", m),
     )
 
@@ -77,8 +83,7 @@ class RangeAssignor:
         members = spec.members
         member_ids = sorted(members)
         result: GroupAssignment = {m: {} for m in member_ids}
-        # Without static members range order is member id order.
-        order = member_ids if _NO_INSTANCE.issuperset(map(_instance_id, members.values())) else range_order(members)
+        order = range_order(members, member_ids)
 
         # Members with identical subscriptions form a class; a topic's subscribers are the union of
         # the classes naming it, so topics are grouped by (classes, partition count).
@@ -143,10 +148,7 @@ class RangeAssignor:
         else:
             if not any(needs_racks(sub_racks, layout) for layout in layouts):
                 return False
-            if len(layouts) == 1:
-                (common,) = layouts
-            else:
-                common = [frozenset.intersection(*racks) for racks in zip(*layouts)]
+            common = common_racks(layouts)
             owned = [[] for _ in subs]
             for p, pos in enumerate(rack_owners(n, sub_racks, common, co_partitioned=len(group) > 1)):
                 owned[pos].append(p)  # ascending, since p is
