@@ -20,7 +20,7 @@ the first two over members, the largest third one, and half the sum of the third
 reached before in another order (the same set of moves) are skipped.
 
 `budget` caps the evaluated moves (10-20 us each). When it runs out, the best assignment found so far
-is returned with finished=False; a root with more branches than the budget is not searched at all:
+is returned; a root with more branches than the budget is not searched at all:
 in a group that large no tree would fit, and the caller's greedy repair stands.
 """
 
@@ -31,6 +31,7 @@ from bisect import bisect_left, insort
 import numpy as np
 
 from cohort.assignors._lag_model import Model
+from cohort.assignors._lag_sticky import holdings_index
 
 _ZERO = (0, 0, 0)
 _INF = 1 << 62
@@ -38,15 +39,14 @@ _IMPOSSIBLE = (_INF, _INF, _INF)
 
 
 def fewest(model: Model, own: np.ndarray, load: np.ndarray, limit: int, below: int,
-           budget: int) -> tuple[np.ndarray | None, bool]:
-    """(owner array moving fewer than `below` partitions from `own`, fewest possible, or None; finished).
-
-    None with finished=True means no valid assignment within the limit moves fewer than `below`.
-    `own` and `load` are not modified.
+           budget: int) -> np.ndarray | None:
+    """An owner array moving fewer than `below` partitions from `own`, the fewest possible when the
+    search finishes within `budget`; None when it found none (none exists, or the budget ran out
+    first). `own` and `load` are not modified.
     """
     search = _Search(model, own, load, limit, below, budget)
     search.run()
-    return search.best_owner, search.finished
+    return search.best_owner
 
 
 def _fewest_touching(ones: list[int], twos: list[int], excess: int) -> int:
@@ -83,7 +83,6 @@ class _Search:
         self.best = below
         self.best_owner: np.ndarray | None = None
         self.budget = budget
-        self.finished = True
         counts = np.array(model.counts, dtype=np.int64)
         ks = np.array([len(s) for s in model.subscribers], dtype=np.int64)
         self.floor = (counts // ks).tolist()
@@ -141,8 +140,7 @@ class _Search:
             m = members[0]
             self._touches += 1
             if self._order is None and self._touches > 8 and len(self.own0) > 4096:
-                self._order = np.argsort(self.own0, kind="stable")
-                self._starts = np.searchsorted(self.own0[self._order], np.arange(len(self.load) + 1)).tolist()
+                self._order, self._starts = holdings_index(self.own0, len(self.load))
             if self._order is None:
                 held = np.flatnonzero(self.own0 == m)
             else:
@@ -468,11 +466,9 @@ class _Search:
         if self._bound() >= self.best:
             return
         if self._target()[0] > self.budget:
-            self.finished = False  # the root alone may not fit: a big group, where greedy must do
-            return
+            return  # the root alone may not fit: a big group, where greedy must do
         kids = self._expand(0)
         if kids is None:
-            self.finished = False
             return
         frames = [[kids, 0]]
         while frames:
@@ -499,7 +495,6 @@ class _Search:
             self.path.append((g, a, b, saved))
             children = self._expand(depth + 1)
             if children is None:
-                self.finished = False
                 break
             frames.append([children, 0])
         while self.path:

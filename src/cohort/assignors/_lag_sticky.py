@@ -98,12 +98,18 @@ def moves(before: np.ndarray, after: np.ndarray) -> int:
     return int(((before >= 0) & (after != before)).sum())
 
 
+def holdings_index(own: np.ndarray, m_count: int) -> tuple[np.ndarray, list[int]]:
+    """(partitions ordered by owner, each member's start in that order): member m holds
+    `order[starts[m]:starts[m + 1]]`, ascending."""
+    order = np.argsort(own, kind="stable")
+    return order, np.searchsorted(own[order], np.arange(m_count + 1)).tolist()
+
+
 class _Holdings:
     """Each member's partitions (global ids), built lazily from a snapshot and kept up to date."""
 
     def __init__(self, own: np.ndarray, m_count: int):
-        self._order = np.argsort(own, kind="stable")
-        self._starts = np.searchsorted(own[self._order], np.arange(m_count + 1)).tolist()
+        self._order, self._starts = holdings_index(own, m_count)
         self._sets: dict[int, set[int]] = {}
 
     def of(self, member: int) -> set[int]:

@@ -102,9 +102,7 @@ def keep_single_topic(member_ids: list[str], currents: list[Mapping], topic_id, 
         values = list(chain.from_iterable(map(dict.values, currents)))
         if len(values) != member_count or not _TUPLE_ONLY.issuperset(map(type, values)):
             return None
-        every = ints(count)[:count]
-        if sum(sorted(values), ()) != every and (
-                tuple(sorted(chain.from_iterable(values))) != every or list(map(tuple, map(sorted, values))) != values):
+        if not _tiles(values, ints(count)[:count]):
             return None
     except TypeError:
         return None
@@ -113,9 +111,7 @@ def keep_single_topic(member_ids: list[str], currents: list[Mapping], topic_id, 
     if (not shortest or max(lengths) > shortest + 1 or type(sum(chain.from_iterable(values))) is not int
             or list(chain.from_iterable(currents)).count(topic_id) != member_count):
         return None
-    if _DICT_ONLY.issuperset(map(type, currents)):
-        return dict(zip(member_ids, currents))
-    return dict(zip(member_ids, map(reuse, currents)))
+    return _kept(member_ids, currents)
 
 
 def keep_balanced(member_ids: list[str], currents: list[Mapping], topic_ids: list,
@@ -143,15 +139,27 @@ def keep_balanced(member_ids: list[str], currents: list[Mapping], topic_ids: lis
             totals.append(total)
         every = ints(max(counts, default=0))
         for t, count in enumerate(counts):
-            parts = runs[t]
-            if sum(sorted(parts), ()) != every[:count] and (
-                    tuple(sorted(chain.from_iterable(parts))) != every[:count]
-                    or list(map(tuple, map(sorted, parts))) != parts):
+            if not _tiles(runs[t], every[:count]):
                 return None
     except TypeError:
         return None
     if max(totals) > min(totals) + 1 or type(sum(chain.from_iterable(chain.from_iterable(runs)))) is not int:
         return None
+    return _kept(member_ids, currents)
+
+
+def _tiles(parts: list[tuple], every: tuple[int, ...]) -> bool:
+    """Whether the tuples `parts`, each sorted, together are exactly `every` (0, ..., count-1).
+
+    Usually each is a run, and sorted by first partition they concatenate to it. TypeError when a
+    tuple holds something that does not compare with ints.
+    """
+    return sum(sorted(parts), ()) == every or (
+        tuple(sorted(chain.from_iterable(parts))) == every and list(map(tuple, map(sorted, parts))) == parts)
+
+
+def _kept(member_ids: list[str], currents: list[Mapping]) -> GroupAssignment:
+    """Every member's current mapping handed back (as a dict when it is not one)."""
     if _DICT_ONLY.issuperset(map(type, currents)):
         return dict(zip(member_ids, currents))
     return dict(zip(member_ids, map(reuse, currents)))

@@ -135,12 +135,17 @@ class LagAssignor:
         if not (above <= steps and improve(model, greedy_own, greedy_load, limit, steps)):
             greedy_own = None
         below = room + 1 if greedy_own is None else min(room + 1, moves(own, greedy_own))
-        found, _ = fewest(model, own, load, limit, below, SEARCH_BUDGET)
-        # Fewest moves from `current` wins (the search's first): the two can differ when the count
-        # balancing placed new or orphaned partitions, which `moves` does not count.
-        best = min((x for x in (found, greedy_own) if x is not None and moves(current, x) <= allowed),
-                   key=lambda x: moves(current, x), default=None)
-        return fresh if best is None else best
+        found = fewest(model, own, load, limit, below, SEARCH_BUDGET)
+        # Fewest moves from `current` wins (the search's first on a tie), never more than the fresh
+        # assignment's: the two can differ when the count balancing placed new or orphaned
+        # partitions, which `moves` does not count.
+        best, fewest_moves = fresh, allowed + 1
+        for candidate in (found, greedy_own):
+            if candidate is not None:
+                n = moves(current, candidate)
+                if n < fewest_moves:
+                    best, fewest_moves = candidate, n
+        return best
 
 
 def _lower_bound(model: Model) -> int:
