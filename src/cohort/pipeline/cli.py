@@ -8,7 +8,6 @@ before any Spark session starts; a job that fails once running prints one line a
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -284,9 +283,6 @@ def run_parsed(args, job=None) -> int:
         from cohort.pipeline.wire import WireError
 
         line = str(e) if isinstance(e, WireError) else spark_error_line(e)
-        wire_error = re.search(r"WireError: (.+)", str(e))  # raised in a Python worker, inside a Spark error
-        if line is not None and wire_error and not isinstance(e, WireError):
-            line = wire_error.group(1).strip()
         if line is None:
             raise
         print(f"{prog}: failed: {line}", file=sys.stderr)

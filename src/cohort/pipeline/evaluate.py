@@ -66,7 +66,7 @@ def load_group_samples(spark, samples: str, partitions, members, num_partitions:
 
     (frame, grouped): grouped means each group's samples sit in one Spark partition in ascending
     order, as `spark_frame` builds them from the flat tables when the directory has no table of
-    its own.
+    its own, or as a table with a single sample number has them (each row is a whole group).
     """
     from pyspark.errors import AnalysisException
 
@@ -79,7 +79,8 @@ def load_group_samples(spark, samples: str, partitions, members, num_partitions:
     missing = sorted(set(group_samples.SCHEMA.names) - set(df.columns))
     if missing:
         raise SamplesError(f"{path}: not a {group_samples.TABLE} table, missing columns {', '.join(missing)}")
-    return df.select(*group_samples.SCHEMA.names), False
+    rows = df.select(*group_samples.SCHEMA.names)
+    return rows, rows.select("sample_seq").distinct().limit(2).count() <= 1
 
 
 def _default_partitions(spark, *frames) -> int:
@@ -87,10 +88,11 @@ def _default_partitions(spark, *frames) -> int:
 
 
 def score(spark, rows, assignor_names, grouped: bool = False, num_partitions: int | None = None):
-    """The per (group, sample, assignor) scores DataFrame (lazy) of group-sample rows."""
+    """The per (group, sample, assignor) scores DataFrame (lazy) of group-sample rows; rows that are
+    not `grouped` (see `load_group_samples`) are shuffled by group and sorted by sample first."""
     from pyspark.sql import functions as F
 
-    if not grouped and rows.select("sample_seq").distinct().limit(2).count() > 1:
+    if not grouped:
         n = num_partitions or _default_partitions(spark, rows)
         rows = rows.repartition(n, "group_id").sortWithinPartitions(F.xxhash64("group_id"), "group_id", "sample_seq")
     return rows.mapInArrow(_score_fn(tuple(assignor_names)), layout.spark_schema(SCORE_SCHEMA))

@@ -109,12 +109,11 @@ def _offsets(counts: np.ndarray) -> pa.Array:
     return pa.array(np.concatenate(([0], np.cumsum(counts))), pa.int32())
 
 
-def _positions(keys: np.ndarray, names, n_keys: int):
+def _positions(keys: np.ndarray, names: pa.Array, n_keys: int):
     """Per key, the ascending distinct non-null names, and for every (key, name) its position there.
 
     Returns (list offsets, values, lookup) where lookup(keys, names) gives positions (-1: absent).
     """
-    names = pa.chunked_array([names]).combine_chunks() if not isinstance(names, pa.Array) else names
     present = np.flatnonzero(_np(names.is_valid()))
     table = pa.table({"k": pa.array(keys[present], pa.int64()), "name": names.take(pa.array(present))})
     distinct = table.group_by(["k", "name"]).aggregate([]).sort_by([("k", "ascending"), ("name", "ascending")])
@@ -223,8 +222,9 @@ def from_flat(partitions: pa.Table, members: pa.Table) -> pa.Table:
         return np.repeat(key_of_run, lengths)
 
     p_key, m_key = key_of_rows("run_p", p_len), key_of_rows("run_m", m_len)
-    member_offsets = _offsets(np.bincount(m_key, minlength=n))
-    partition_offsets = _offsets(np.bincount(p_key, minlength=n))
+    per_member = np.bincount(m_key, minlength=n)
+    per_partition = np.bincount(p_key, minlength=n)
+    member_offsets, partition_offsets = _offsets(per_member), _offsets(per_partition)
 
     sub_len, sub_key, sub_names = _exploded(m["subscribed_topics"], m_key)
     p_topic = p["topic"].combine_chunks()
@@ -254,9 +254,7 @@ def from_flat(partitions: pa.Table, members: pa.Table) -> pa.Table:
     p_pos = np.arange(len(p_key)) - np.asarray(partition_offsets)[p_key] if len(p_key) else np.zeros(0, np.int64)
     n_sub, sub_pairs = _pairs(sub_key, np.repeat(m_pos, sub_len), topic_at(sub_key, sub_names), n)
     n_rep, rep_pairs = _pairs(rep_key, np.repeat(p_pos, rep_len), rack_at(rep_key, rep_names), n)
-    per_member = np.bincount(m_key, minlength=n)
-    per_partition = np.bincount(p_key, minlength=n)
-    times = pc.coalesce(keys["time_p"], keys["time_m"]) if "time_p" in keys.column_names else keys["time"]
+    times = pc.coalesce(keys["time_p"], keys["time_m"])  # the join suffixes both tables' `time`, as their `run`
     columns = [
         keys["sample_seq"].combine_chunks(),
         times.combine_chunks().cast(SCHEMA.field("sample_time").type),
@@ -336,10 +334,6 @@ def convert_flat_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Recor
         yield from from_flat(table.filter(pc.invert(is_member)), table.filter(is_member)).to_batches()
 
 
-def _convert(batches):
-    yield from convert_flat_batches(batches)
-
-
 def spark_frame(partitions, members, num_partitions: int):
     """Group-sample rows of the flat layout tables (Spark DataFrames), built in Spark with `from_flat`.
 
@@ -350,21 +344,17 @@ def spark_frame(partitions, members, num_partitions: int):
 
     from cohort.pipeline.layout import spark_schema
 
-    def null(name):
-        return F.lit(None).cast(spark_schema(FLAT_SCHEMA)[name].dataType).alias(name)
+    flat = spark_schema(FLAT_SCHEMA)
 
-    p = partitions.select(
-        "group_id", "sample_seq", "sample_time", F.lit(PARTITION_ROW).cast("byte").alias("kind"),
-        "member_id", "topic", F.col("partition").cast("int").alias("partition"), "lag",
-        null("rack"), null("instance_id"), null("subscribed_topics"), "replica_racks",
-    )
-    m = members.select(
-        "group_id", "sample_seq", "sample_time", F.lit(MEMBER_ROW).cast("byte").alias("kind"),
-        "member_id", null("topic"), null("partition"), null("lag"),
-        "rack", "instance_id", "subscribed_topics", null("replica_racks"),
-    )
+    def rows(df, kind: int):  # as `flat_rows`: the FLAT_SCHEMA columns the table has, the others null
+        return df.select(*(
+            (F.lit(kind) if f.name == "kind" else F.col(f.name) if f.name in df.columns else F.lit(None))
+            .cast(f.dataType).alias(f.name)
+            for f in flat
+        ))
+
     # A hash of the group id first gives the sorter an 8-byte prefix that tells groups apart (group
     # ids often share their first 8 bytes); groups stay contiguous either way.
-    rows = p.unionByName(m).repartition(num_partitions, "group_id")
-    rows = rows.sortWithinPartitions(F.xxhash64("group_id"), *FLAT_ORDER)
-    return rows.mapInArrow(_convert, spark_schema(SCHEMA))
+    both = rows(partitions, PARTITION_ROW).unionByName(rows(members, MEMBER_ROW))
+    both = both.repartition(num_partitions, "group_id").sortWithinPartitions(F.xxhash64("group_id"), *FLAT_ORDER)
+    return both.mapInArrow(convert_flat_batches, spark_schema(SCHEMA))

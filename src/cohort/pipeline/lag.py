@@ -50,31 +50,23 @@ STATUS_SCHEMA = pa.schema(
 )
 
 
-def _statuses(window: int):
-    def evaluate(pdf):
-        import pandas as pd
+def _statuses(pdf):
+    """One partition's status row from its samples in the window (an `applyInPandas` function)."""
+    import pandas as pd
 
-        pdf = pdf.sort_values("sample_seq")
-        last = pdf.iloc[-1]
-        committed = [None if pd.isna(v) else int(v) for v in pdf["committed_offset"]]
-        lags = [None if pd.isna(v) else int(v) for v in pdf["lag"]]
-        owner = None if pd.isna(last["member_id"]) else last["member_id"]
-        known = [v for v in lags if v is not None]
-        return pd.DataFrame([{
-            "sample_seq": int(last["sample_seq"]), "sample_time": last["sample_time"], "group_id": last["group_id"],
-            "topic": last["topic"], "partition": int(last["partition"]),
-            "status": burrow.partition_status(committed, lags, owner is not None),
-            "window_samples": len(pdf), "first_lag": known[0] if known else None,
-            "last_lag": lags[-1], "committed_offset": committed[-1], "member_id": owner,
-        }])
-
-    return evaluate
-
-
-def _with_layout(df):
-    from pyspark.sql import functions as F
-
-    return df.withColumn("date", F.to_date("sample_time")).withColumn("group_bucket", layout.bucket_column())
+    pdf = pdf.sort_values("sample_seq")
+    last = pdf.iloc[-1]
+    committed = [None if pd.isna(v) else int(v) for v in pdf["committed_offset"]]
+    lags = [None if pd.isna(v) else int(v) for v in pdf["lag"]]
+    owner = None if pd.isna(last["member_id"]) else last["member_id"]
+    known = [v for v in lags if v is not None]
+    return pd.DataFrame([{
+        "sample_seq": int(last["sample_seq"]), "sample_time": last["sample_time"], "group_id": last["group_id"],
+        "topic": last["topic"], "partition": int(last["partition"]),
+        "status": burrow.partition_status(committed, lags, owner is not None),
+        "window_samples": len(pdf), "first_lag": known[0] if known else None,
+        "last_lag": lags[-1], "committed_offset": committed[-1], "member_id": owner,
+    }])
 
 
 def _publish(staged: Path, final: Path, seq: int) -> None:
@@ -110,8 +102,7 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
         shutil.rmtree(staging, ignore_errors=True)
 
         def stage(name, df, order):
-            (_with_layout(df).sortWithinPartitions(*layout.PARTITION_COLUMNS, *order)
-             .write.mode("overwrite").partitionBy(*layout.PARTITION_COLUMNS).parquet(str(staging / name)))
+            layout.write_partitioned(layout.with_partition_columns(df), str(staging / name), order)
 
         stage(layout.PARTITIONS_TABLE, partitions, ("group_id", "topic", "partition"))
         stage(layout.MEMBERS_TABLE, members, ("group_id", "member_id"))
@@ -132,7 +123,7 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
             history = history.unionByName(past.join(partitions.select("group_id", "topic", "partition"),
                                                     ["group_id", "topic", "partition"], "left_semi"))
         status = history.groupBy("group_id", "topic", "partition").applyInPandas(
-            _statuses(window), layout.spark_schema(STATUS_SCHEMA)).persist()
+            _statuses, layout.spark_schema(STATUS_SCHEMA)).persist()
         stage(STATUS_TABLE, status, ("group_id", "topic", "partition"))
         rows = status.select("group_id", "topic", "partition", "status").collect()
         lags = partitions.select("group_id", "topic", "partition", "lag", "sample_time").collect()

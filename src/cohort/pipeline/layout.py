@@ -75,6 +75,20 @@ def bucket_column(group_col="group_id"):
     return (F.crc32(col.cast("binary")) % BUCKETS).cast("int")
 
 
+def with_partition_columns(df):
+    """A Spark DataFrame of sample rows with the layout's partition columns (`date`, `group_bucket`) added."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("date", F.to_date("sample_time")).withColumn("group_bucket", bucket_column())
+
+
+def write_partitioned(df, path: str, order) -> None:
+    """Write a DataFrame with the partition columns as one layout table under `path` (replacing it):
+    partitioned by date and bucket, each file sorted by `order` (column names)."""
+    (df.sortWithinPartitions(*PARTITION_COLUMNS, *order)
+     .write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(path))
+
+
 def spark_schema(schema: pa.Schema):
     """The Spark StructType matching one of the Arrow schemas above."""
     from pyspark.sql.pandas.types import from_arrow_schema

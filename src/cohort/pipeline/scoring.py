@@ -170,7 +170,7 @@ class _Batch:
     """Column views of one batch of group samples, decoded once for all of its rows."""
 
     def __init__(self, batch: pa.RecordBatch):
-        n = self.n = batch.num_rows
+        n = batch.num_rows
         col = batch.column
         group = batch.column(GROUP_COLUMN)
         first = np.ones(n, bool)
@@ -193,7 +193,6 @@ class _Batch:
 
         self.t_off, topic_names = _list(col(3))
         self.topic_names = topic_names.to_pylist()
-        self.topic_code = _codes(topic_names)
         self.r_off, rack_names = _list(col(4))
         self.rack_names = rack_names.to_pylist()
 
@@ -247,7 +246,7 @@ class _Batch:
         self._rack_sets: dict[tuple, list] = {}
         self._mask_list = self.replica_mask.tolist()
 
-        self.prev_partition = self._previous_partitions()
+        self.prev_partition = self._previous_partitions(topic_names)
 
     def lags_of(self, r: int) -> tuple:
         """Run r's lags by partition id (0 where a partition has no row)."""
@@ -285,12 +284,13 @@ class _Batch:
         base, names = self.t_off[row], self.topic_names
         return frozenset(names[base + j] for j in self.subscribed.of(member))
 
-    def _previous_partitions(self) -> np.ndarray:
-        """Each partition's index in the group's previous sample (-1: none, or the group's first sample)."""
+    def _previous_partitions(self, topic_names: pa.Array) -> np.ndarray:
+        """Each partition's index in the group's previous sample (-1: none, or the group's first sample);
+        `topic_names` are the batch's topic lists, flattened."""
         prev = np.full(len(self.p_row), -1, np.int64)
         if len(prev) == 0 or self.first_of_group.all():
             return prev
-        tcode = self.topic_code[self.t_off[self.p_row] + self.p_topic]
+        tcode = _codes(topic_names)[self.t_off[self.p_row] + self.p_topic]
         width = int(self.partition.max()) + 2
         topics = int(tcode.max()) + 2
         key = (self.p_row * topics + tcode) * width + self.partition
@@ -483,12 +483,9 @@ def _assemble(b: _Batch, batch: pa.RecordBatch, assignors, owner, errors) -> pa.
         # Every member slot belongs to a scored row (rows without members have no slots).
         member_lag = np.bincount(slot[idx], weights=lag[idx], minlength=n_slots)
         member_parts = np.bincount(slot[idx], minlength=n_slots)
-        if len(scored):
-            max_lag = np.maximum.reduceat(member_lag, m_starts[:-1])
-            max_parts = np.maximum.reduceat(member_parts, m_starts[:-1])
-            min_parts = np.minimum.reduceat(member_parts, m_starts[:-1])
-        else:
-            max_lag = max_parts = min_parts = member_lag
+        max_lag = np.maximum.reduceat(member_lag, m_starts[:-1])
+        max_parts = np.maximum.reduceat(member_parts, m_starts[:-1])
+        min_parts = np.minimum.reduceat(member_parts, m_starts[:-1])
         sum_lag = _segment_sums(member_lag, m_starts)
         unassigned = n_parts - _segment_sums(assigned.astype(np.int64), b.p_off)[scored]
 

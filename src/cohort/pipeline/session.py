@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -143,7 +144,11 @@ def spark_session(
 
 
 def spark_error_line(error: BaseException) -> str | None:
-    """One line describing a Spark/JVM failure, or None when `error` is not one (a bug to surface)."""
+    """One line describing a Spark/JVM failure, or None when `error` is not one (a bug to surface).
+
+    A cluster that stopped answering a source's sweep fails in a Python worker: its `WireError`
+    message, inside the Spark error, is the line.
+    """
     try:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
@@ -152,4 +157,7 @@ def spark_error_line(error: BaseException) -> str | None:
     if not isinstance(error, (PySparkException, Py4JError)):
         return None
     text = str(error).strip() or type(error).__name__
+    wire_error = re.search(r"WireError: (.+)", text)
+    if wire_error:
+        return wire_error.group(1).strip()
     return text.splitlines()[0][:500]

@@ -31,12 +31,6 @@ def _generator(params: FleetParams, which: int):
     return gen
 
 
-def _with_layout_columns(df):
-    from pyspark.sql import functions as F
-
-    return df.withColumn("date", F.to_date("sample_time")).withColumn("group_bucket", layout.bucket_column())
-
-
 def fleet_frames(spark, groups: int, params: FleetParams, tasks: int | None = None):
     """The (partitions, members, group samples) DataFrames of a fleet of `groups` groups, with the
     layout's partition columns."""
@@ -48,7 +42,7 @@ def fleet_frames(spark, groups: int, params: FleetParams, tasks: int | None = No
     frames = []
     for which, schema in enumerate((layout.PARTITION_SCHEMA, layout.MEMBER_SCHEMA, group_samples.SCHEMA)):
         df = ids.mapInArrow(_generator(params, which), layout.spark_schema(schema))
-        frames.append(_with_layout_columns(df))
+        frames.append(layout.with_partition_columns(df))
     return tuple(frames)
 
 
@@ -64,12 +58,7 @@ def write_fleet(spark, out: str | Path, groups: int, params: FleetParams, tasks:
         (layout.MEMBERS_TABLE, members, ("group_id", "sample_seq", "member_id")),
         (group_samples.TABLE, grouped, ("group_id", "sample_seq")),
     ):
-        (
-            df.sortWithinPartitions(*layout.PARTITION_COLUMNS, *order)
-            .write.mode("overwrite")
-            .partitionBy(*layout.PARTITION_COLUMNS)
-            .parquet(f"{out}/{name}")
-        )
+        layout.write_partitioned(df, f"{out}/{name}", order)
     return {"groups": groups, "samples": params.samples}
 
 
