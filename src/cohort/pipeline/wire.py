@@ -110,14 +110,11 @@ def sample_cluster(bootstrap: str, sample_seq: int, sample_time: dt.datetime | N
         group_topics[g] = mine
         topics |= mine
     partitions = {t: sorted(metadata.topics[t].partitions) for t in topics}
-    specs = {}
-    for t, ps in partitions.items():
-        for p in ps:
-            specs[ck.TopicPartition(t, p)] = None
+    wanted = [ck.TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
     offsets: dict[tuple[str, int], list] = {}
-    if specs:
+    if wanted:
         for which, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):
-            futures = client.list_offsets({tp: spec for tp in specs}, request_timeout=timeout)
+            futures = client.list_offsets({tp: spec for tp in wanted}, request_timeout=timeout)
             for tp, f in futures.items():
                 offsets.setdefault((tp.topic, tp.partition), [None, None])[which] = _result(f, timeout, "ListOffsets").offset
     rows: dict[str, list] = {f.name: [] for f in SAMPLE_SCHEMA}
