@@ -103,6 +103,32 @@ def test_samples_without_the_group_sample_table_score_the_same(spark, fleet, eva
     assert [r.asDict() for r in got] == [r.asDict() for r in want]
 
 
+def test_a_group_sample_table_of_wide_rows_scores_the_same(spark, fleet, evaluated, tmp_path):
+    """Tables written before the stored format (wide rows: name lists and packed columns) are read as they are."""
+    import shutil
+
+    import pyarrow as pa
+
+    from cohort.pipeline import codec, evaluate, layout
+
+    out, _ = evaluated
+    old = tmp_path / "wide"
+    for table in (layout.PARTITIONS_TABLE, layout.MEMBERS_TABLE):
+        shutil.copytree(fleet.dir / table, old / table)
+    stored = spark.read.parquet(str(fleet.dir / "group_samples")).select(*codec.STORED_SCHEMA.names).toArrow()
+    (old / "group_samples").mkdir()
+    pq.write_table(pa.Table.from_batches([codec.decode(b) for b in stored.combine_chunks().to_batches()]),
+                   old / "group_samples" / "part-0.parquet")
+    p, m = evaluate.load_samples(spark, str(old))
+    rows, grouped = evaluate.load_group_samples(spark, str(old), p, m)
+    assert "members" in rows.columns and "body" not in rows.columns
+    key = ["group_id", "sample_seq", "assignor"]
+    got = evaluate.score(spark, rows, ASSIGNORS, grouped).orderBy(*key).collect()
+    want = spark.read.parquet(str(out / "scores")).orderBy(*key).collect()
+    assert len(got) == fleet.groups * fleet.samples * len(ASSIGNORS)
+    assert [r.asDict() for r in got] == [r.asDict() for r in want]
+
+
 def test_even_splits_reads_in_many_tasks_and_restores_the_session(spark, fleet):
     from cohort.pipeline import evaluate
 

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from cohort.broker.lag_snapshot import SnapshotLagProvider, read_snapshot
-from cohort.pipeline import burrow, group_samples, layout
+from cohort.pipeline import burrow, codec, group_samples, layout
 from cohort.pipeline.cli import run_lag
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -75,7 +75,7 @@ def test_partition_rows_match_offset_fetch_and_list_offsets(spark, live, runs):
     assert [(r["sample_seq"], r["member_id"], r["partitions"], r["total_lag"]) for r in member_lag] == [
         (1, member_id, cluster.partitions, sum(r["lag"] or 0 for r in mine))]
     table = spark.read.parquet(str(out / group_samples.TABLE)).where(f"group_id = '{cluster.group}'")
-    grouped = sorted(group_samples.to_pylist(table.drop("date", "group_bucket").toArrow()), key=lambda r: r["sample_seq"])
+    grouped = sorted(codec.to_pylist(table.drop("date", "group_bucket").toArrow()), key=lambda r: r["sample_seq"])
     assert [(r["sample_seq"], r["members"], r["topics"]) for r in grouped] == [
         (1, [member_id], [cluster.topic]), (2, [], [cluster.topic])]
     first = grouped[0]

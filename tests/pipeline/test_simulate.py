@@ -58,17 +58,17 @@ def test_rows_are_the_generators_rows(spark, fleet):
 
 
 def test_group_samples_are_the_flat_tables_grouped(spark, fleet):
-    from cohort.pipeline import group_samples
+    from cohort.pipeline import codec, group_samples
 
     df = spark.read.parquet(str(fleet.dir / group_samples.TABLE))
-    expected = [(f.name, f.dataType.simpleString()) for f in layout.spark_schema(group_samples.SCHEMA)]
+    expected = [(f.name, f.dataType.simpleString()) for f in layout.spark_schema(codec.STORED_SCHEMA)]
     assert [(f.name, f.dataType.simpleString()) for f in df.schema][: len(expected)] == expected
     assert df.count() == fleet.groups * fleet.samples
     pairs = df.select("group_id", "group_bucket").distinct().collect()
     assert all(layout.group_bucket(r.group_id) == r.group_bucket for r in pairs)
     flat_p, flat_m = generate(range(fleet.groups), FleetParams(samples=fleet.samples, seed=fleet.seed))
-    got = group_samples.to_pylist(df.drop("date", "group_bucket").toArrow())
-    want = group_samples.to_pylist(group_samples.from_flat(flat_p, flat_m))
+    got = codec.to_pylist(df.drop("date", "group_bucket").toArrow())
+    want = codec.to_pylist(group_samples.from_flat(flat_p, flat_m))
     key = lambda r: (r["group_id"], r["sample_seq"])  # noqa: E731
     assert sorted(got, key=key) == sorted(want, key=key)
     # the lags are the partition table's, null as -1 -> None

@@ -7,14 +7,12 @@ with each name once: partitions point at their topic, owner and replica racks by
 row's own `topics`, `members` and `racks` lists. So a fleet with one sample per group needs no
 shuffle at all, and several samples need one over ~25 times fewer, smaller rows.
 
-The per-partition and per-member numbers are *packed*: little-endian int32 or int64 arrays in a
-binary value (`pack` / `unpack`). Spark hands a binary value to Python as one buffer, where an
-array<bigint> of 20 elements costs its Parquet reader and Arrow writer work per element: on
-200,000 groups, reading the rows into Python took 1.5 s packed against 4.9 s as arrays. Names stay
-readable string arrays; `to_pylist` unpacks rows for people and tests.
+The rows' formats are in `cohort.pipeline.codec`: in memory *wide* (`SCHEMA`: name lists and
+packed number arrays), on disk *stored* (`STORED_SCHEMA`: two binary values per row, which Spark
+hands to Python for a third of the work).
 
-`from_flat` builds the rows from the flat tables with pyarrow and numpy (no Python per row); the
-writers of the flat tables (`simulate`, `lag`) write this table beside them.
+`from_flat` builds the wide rows from the flat tables with pyarrow and numpy (no Python per row);
+the writers of the flat tables (`simulate`, `lag`) store them beside them.
 """
 
 from __future__ import annotations
@@ -25,32 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cohort.pipeline.codec import SCHEMA, STORED_SCHEMA, _np, encode, pack
+
 TABLE = "group_samples"
 
-# Packed columns and their element type; -1 stands for "none" (null) in each.
-PACKED = {
-    "member_racks": np.int32,  # per member: position in racks
-    "member_topics": np.int32,  # (member position, topic position) pairs, ascending: the subscriptions
-    "partition_topics": np.int32,  # per partition, ordered by (topic, partition): position in topics
-    "partitions": np.int32,  # per partition: partition index
-    "lags": np.int64,  # per partition: lag (-1: never committed)
-    "owners": np.int32,  # per partition: position in members (-1: nobody, or not a member here)
-    "replica_racks": np.int32,  # (partition position, rack position) pairs, ascending
-}
-SCHEMA = pa.schema(
-    [
-        pa.field("sample_seq", pa.int64(), nullable=False),
-        pa.field("sample_time", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("group_id", pa.string(), nullable=False),
-        pa.field("topics", pa.list_(pa.string())),  # ascending: partition topics and subscribed topics
-        pa.field("racks", pa.list_(pa.string())),  # ascending: member racks and replica racks
-        pa.field("members", pa.list_(pa.string())),  # ascending member ids
-        pa.field("member_instances", pa.list_(pa.string())),
-        *(pa.field(name, pa.binary()) for name in PACKED),
-    ]
-)
-
-GROUP_COLUMN = SCHEMA.get_field_index("group_id")
 
 # The flat rows of both layout tables in one stream (kind 0: member, 1: partition), as the
 # conversion reads them when it runs in Spark.
@@ -97,14 +73,6 @@ def _codes(array) -> np.ndarray:
     return codes.astype(np.int64)
 
 
-def _np(array, null=None) -> np.ndarray:
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if null is not None:
-        array = array.fill_null(null)
-    return array.to_numpy(zero_copy_only=False)
-
-
 def _offsets(counts: np.ndarray) -> pa.Array:
     return pa.array(np.concatenate(([0], np.cumsum(counts))), pa.int32())
 
@@ -137,43 +105,6 @@ def _positions(keys: np.ndarray, names: pa.Array, n_keys: int):
         return np.where(hit, order[at] - starts[k], -1)
 
     return _offsets(counts), dname, lookup
-
-
-def pack(counts: np.ndarray, values: np.ndarray, dtype) -> pa.Array:
-    """A binary array whose i-th value holds the next counts[i] of `values` as little-endian `dtype`."""
-    width = np.dtype(dtype).itemsize
-    offsets = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))) * width
-    if offsets[-1] >= 1 << 31:
-        raise ValueError("too many values for one binary array: convert fewer rows at a time")
-    data = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<"))
-    return pa.Array.from_buffers(pa.binary(), len(counts), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
-
-
-def unpack(column, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(element offsets per value, all values) of a packed binary column (binary or large_binary)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    n = len(column)
-    width = np.dtype(dtype).itemsize
-    large = pa.types.is_large_binary(column.type)
-    _, offsets_buf, data_buf = column.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int64 if large else np.int32, count=n + 1, offset=column.offset * (8 if large else 4))
-    start, end = int(offsets[0]), int(offsets[-1])
-    values = np.frombuffer(data_buf, np.dtype(dtype).newbyteorder("<"), count=(end - start) // width, offset=start) if end > start else np.zeros(0, dtype)
-    return (offsets.astype(np.int64) - start) // width, values.astype(dtype, copy=False)
-
-
-def to_pylist(table: pa.Table) -> list[dict]:
-    """The rows with their packed columns as Python lists (pairs as 2-tuples, -1 as None)."""
-    rows = table.select([f.name for f in SCHEMA if f.name not in PACKED]).to_pylist()
-    for name, dtype in PACKED.items():
-        offsets, values = unpack(table[name], dtype)
-        items = [None if v < 0 else v for v in values.tolist()]
-        pairs = name in ("member_topics", "replica_racks")
-        for i, row in enumerate(rows):
-            chunk = items[offsets[i] : offsets[i + 1]]
-            row[name] = [tuple(chunk[j : j + 2]) for j in range(0, len(chunk), 2)] if pairs else chunk
-    return rows
 
 
 def _exploded(lists, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -326,16 +257,16 @@ def flat_rows(partitions: pa.Table, members: pa.Table) -> pa.Table:
 
 
 def convert_flat_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Group-sample batches of a stream of FLAT_SCHEMA batches in which each group's rows are contiguous."""
+    """Stored group-sample batches of a stream of FLAT_SCHEMA batches in which each group's rows are contiguous."""
     kind = FLAT_SCHEMA.get_field_index("kind")
     for batch in whole_groups(batches, FLAT_SCHEMA.get_field_index("group_id")):
         table = pa.Table.from_batches([batch])
         is_member = pc.equal(batch.column(kind), MEMBER_ROW)
-        yield from from_flat(table.filter(pc.invert(is_member)), table.filter(is_member)).to_batches()
+        yield from encode(from_flat(table.filter(pc.invert(is_member)), table.filter(is_member))).to_batches()
 
 
 def spark_frame(partitions, members, num_partitions: int):
-    """Group-sample rows of the flat layout tables (Spark DataFrames), built in Spark with `from_flat`.
+    """Stored group-sample rows of the flat layout tables (Spark DataFrames), built in Spark with `from_flat`.
 
     Within each Spark partition the rows come out sorted by group and sample, and all samples of a
     group are in one partition, which is what scoring needs without a further shuffle.
@@ -357,4 +288,4 @@ def spark_frame(partitions, members, num_partitions: int):
     # ids often share their first 8 bytes); groups stay contiguous either way.
     both = rows(partitions, PARTITION_ROW).unionByName(rows(members, MEMBER_ROW))
     both = both.repartition(num_partitions, "group_id").sortWithinPartitions(F.xxhash64("group_id"), *FLAT_ORDER)
-    return both.mapInArrow(convert_flat_batches, spark_schema(SCHEMA))
+    return both.mapInArrow(convert_flat_batches, spark_schema(STORED_SCHEMA))

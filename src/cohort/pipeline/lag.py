@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from cohort.broker import lag_snapshot
-from cohort.pipeline import burrow, group_samples, layout
+from cohort.pipeline import burrow, codec, group_samples, layout
 
 STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE = "status", "group_status", "member_lag"
 STAGING, CHECKPOINTS = "_staging", "_checkpoints"
@@ -101,13 +101,13 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
         staging = out / STAGING / f"{seq:020d}"
         shutil.rmtree(staging, ignore_errors=True)
 
-        def stage(name, df, order):
-            layout.write_partitioned(layout.with_partition_columns(df), str(staging / name), order)
+        def stage(name, df, order, compression=None):
+            layout.write_partitioned(layout.with_partition_columns(df), str(staging / name), order, compression)
 
         stage(layout.PARTITIONS_TABLE, partitions, ("group_id", "topic", "partition"))
         stage(layout.MEMBERS_TABLE, members, ("group_id", "member_id"))
         grouped = group_samples.spark_frame(partitions, members, spark.sparkContext.defaultParallelism)
-        stage(group_samples.TABLE, grouped, ("group_id",))
+        stage(group_samples.TABLE, grouped, ("group_id",), codec.STORED_COMPRESSION)
         member_lag = (partitions.where(F.col("member_id").isNotNull())
                       .groupBy("sample_seq", "sample_time", "group_id", "member_id", "client_id", "client_host")
                       .agg(F.count("*").cast("int").alias("partitions"), F.sum(F.coalesce("lag", F.lit(0))).alias("total_lag")))

@@ -82,11 +82,14 @@ def with_partition_columns(df):
     return df.withColumn("date", F.to_date("sample_time")).withColumn("group_bucket", bucket_column())
 
 
-def write_partitioned(df, path: str, order) -> None:
+def write_partitioned(df, path: str, order, compression: str | None = None) -> None:
     """Write a DataFrame with the partition columns as one layout table under `path` (replacing it):
-    partitioned by date and bucket, each file sorted by `order` (column names)."""
-    (df.sortWithinPartitions(*PARTITION_COLUMNS, *order)
-     .write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(path))
+    partitioned by date and bucket, each file sorted by `order` (column names), compressed with
+    `compression` (a Parquet codec name; None: the session's default)."""
+    writer = df.sortWithinPartitions(*PARTITION_COLUMNS, *order).write.mode("overwrite")
+    if compression is not None:
+        writer = writer.option("compression", compression)
+    writer.partitionBy(*PARTITION_COLUMNS).parquet(path)
 
 
 def spark_schema(schema: pa.Schema):

@@ -32,7 +32,8 @@ from cohort.assignors.api import (
     PartitionAssignorError,
     SubscriptionType,
 )
-from cohort.pipeline.group_samples import GROUP_COLUMN, _codes, _np, _run_starts, unpack, whole_groups
+from cohort.pipeline.codec import GROUP_COLUMN, _np, decode, unpack
+from cohort.pipeline.group_samples import _codes, _run_starts, whole_groups
 
 MASK_BITS = 62  # topics or racks of one sample that fit a bitmask; beyond it the slow paths run
 
@@ -304,10 +305,10 @@ class _Batch:
 
 
 def score_batches(batches: Iterable[pa.RecordBatch], assignors: Sequence) -> Iterator[pa.RecordBatch]:
-    """Score batches of group samples; a group's samples may be split across the incoming batches."""
+    """Score batches of group samples (wide or stored); a group's samples may be split across the batches."""
     for batch in whole_groups(batches, GROUP_COLUMN):
         with _collector_paused():
-            scored = _score(batch, assignors)
+            scored = _score(decode(batch), assignors)
         yield scored
 
 

@@ -11,7 +11,7 @@ import math
 import sys
 from pathlib import Path
 
-from cohort.pipeline import group_samples, layout
+from cohort.pipeline import codec, group_samples, layout
 from cohort.pipeline.fleet import FleetParams, generate
 
 ROWS_PER_TASK = 4_000_000
@@ -25,7 +25,7 @@ def _generator(params: FleetParams, which: int):
             ids = batch.column(0).to_numpy(zero_copy_only=False)
             if len(ids):
                 tables = generate(ids, params)
-                table = group_samples.from_flat(*tables) if which == 2 else tables[which]
+                table = codec.encode(group_samples.from_flat(*tables)) if which == 2 else tables[which]
                 yield from table.to_batches(max_chunksize=1 << 17)
 
     return gen
@@ -40,7 +40,7 @@ def fleet_frames(spark, groups: int, params: FleetParams, tasks: int | None = No
     tasks = max(1, min(tasks, groups))
     ids = spark.range(0, groups, 1, numPartitions=tasks)
     frames = []
-    for which, schema in enumerate((layout.PARTITION_SCHEMA, layout.MEMBER_SCHEMA, group_samples.SCHEMA)):
+    for which, schema in enumerate((layout.PARTITION_SCHEMA, layout.MEMBER_SCHEMA, codec.STORED_SCHEMA)):
         df = ids.mapInArrow(_generator(params, which), layout.spark_schema(schema))
         frames.append(layout.with_partition_columns(df))
     return tuple(frames)
@@ -53,12 +53,12 @@ def write_fleet(spark, out: str | Path, groups: int, params: FleetParams, tasks:
     # The group samples are what `evaluate` reads, and Spark pays some 15 ms of CPU per Parquet file
     # it opens: shuffled by bucket, each (date, bucket) is one file instead of one per generating task.
     grouped = grouped.repartition(*layout.PARTITION_COLUMNS)
-    for name, df, order in (
-        (layout.PARTITIONS_TABLE, partitions, ("group_id", "sample_seq", "topic", "partition")),
-        (layout.MEMBERS_TABLE, members, ("group_id", "sample_seq", "member_id")),
-        (group_samples.TABLE, grouped, ("group_id", "sample_seq")),
+    for name, df, order, compression in (
+        (layout.PARTITIONS_TABLE, partitions, ("group_id", "sample_seq", "topic", "partition"), None),
+        (layout.MEMBERS_TABLE, members, ("group_id", "sample_seq", "member_id"), None),
+        (group_samples.TABLE, grouped, ("group_id", "sample_seq"), codec.STORED_COMPRESSION),
     ):
-        layout.write_partitioned(df, f"{out}/{name}", order)
+        layout.write_partitioned(df, f"{out}/{name}", order, compression)
     return {"groups": groups, "samples": params.samples}
 
 
