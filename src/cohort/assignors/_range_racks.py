@@ -164,7 +164,7 @@ class RackLayout:
     """What rack matching needs to know about a co-partitioned group's replica layouts.
 
     Per partition, the racks that count are those hosting it in every topic (the intersection over
-    the layouts): `hosted` lists each rack's partitions (ascending), `sets` holds the distinct rack
+    the layouts): `hosted` has each rack's partitions as bits (bit p: partition p), `sets` holds the distinct rack
     sets and `set_of` each partition's index into them. `checks` is (union of racks, every partition
     on the same racks) per layout, for `needs_racks`.
     """
@@ -176,11 +176,11 @@ class RackLayout:
             (frozenset().union(*layout), layout.count(layout[0]) == len(layout)) for layout in layouts
         )
         common = common_racks(layouts)
-        hosted: dict[str, list[int]] = {}
+        hosted: dict[str, int] = {}
         sets: dict[frozenset, int] = {}
         for p, racks in enumerate(common):
             for rack in racks:
-                hosted.setdefault(rack, []).append(p)
+                hosted[rack] = hosted.get(rack, 0) | 1 << p
             sets.setdefault(racks, len(sets))
         self.hosted = hosted
         self.sets = tuple(map(tuple, sets))
@@ -217,7 +217,8 @@ def rack_runs_small(
 
     A co-partitioned partition goes to the lowest subscriber position with room among those
     matching its racks (rackless ones included): the minimum `_match_by_partition` takes over its
-    per-rack queues. A lone topic is `_match_by_subscriber`'s walk, on the cached per-rack lists.
+    per-rack queues. A lone topic is `_match_by_subscriber`'s walk, on the cached per-rack bit sets:
+    a subscriber takes the lowest bits of its rack's partitions not yet taken.
     """
     k = len(subscriber_racks)
     base, extra = divmod(n, k)
@@ -257,28 +258,28 @@ def rack_runs_small(
                     cap = base
                     open_ = sum(1 << q for q, c in enumerate(count) if c < base)
     else:
-        taken = [False] * n
+        untaken = (1 << n) - 1
         hosted = layout.hosted
-        heads: dict[str | None, int] = {}
-        nothing: list[int] = []
         for pos, rack in enumerate(subscriber_racks):
             room = base + 1 if extra else base  # nobody has taken anything yet
-            candidates = range(n) if rack is None else hosted.get(rack, nothing)
-            i, end = heads.get(rack, 0), len(candidates)
+            bits = untaken if rack is None else hosted.get(rack, 0) & untaken
+            if not bits:
+                continue
             mine = owned[pos]
-            while room and i < end:
-                p = candidates[i]
-                i += 1
-                if not taken[p]:
-                    taken[p] = True
-                    mine.append(p)
-                    room -= 1
-            heads[rack] = i
-            if mine:
-                count[pos] = len(mine)
-                if count[pos] > base:
-                    extra -= 1
-        free = [p for p, t in enumerate(taken) if not t]
+            while room and bits:
+                low = bits & -bits
+                mine.append(low.bit_length() - 1)
+                bits ^= low
+                untaken ^= low
+                room -= 1
+            count[pos] = len(mine)
+            if count[pos] > base:
+                extra -= 1
+        free = []
+        while untaken:
+            low = untaken & -untaken
+            free.append(low.bit_length() - 1)
+            untaken ^= low
     end, i = len(free), 0
     for pos in range(k):
         if i == end:
