@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -84,7 +85,10 @@ class _Pairs:
         self.item, self.value = item, value
         self.masks = np.zeros(int(item_offsets[-1]), np.int64)
         keep = value >= 0
-        np.bitwise_or.at(self.masks, item[keep], np.left_shift(1, np.minimum(value[keep], MASK_BITS)))
+        kept = item[keep]
+        if len(kept):  # items ascending: OR each item's bits together (np.bitwise_or.at is 10x slower)
+            starts = np.flatnonzero(np.concatenate(([True], kept[1:] != kept[:-1])))
+            self.masks[kept[starts]] = np.bitwise_or.reduceat(np.left_shift(1, np.minimum(value[keep], MASK_BITS)), starts)
 
     def of(self, item: int) -> list[int]:
         """The values of one item, in pair order."""
@@ -226,28 +230,33 @@ class _Batch:
         self.row_first_run = np.searchsorted(run_starts, self.p_off).tolist()
         first_p = self.partition[run_starts] if len(run_starts) else run_starts
         last_p = self.partition[run_ends - 1] if len(run_starts) else run_starts
-        contiguous = ((first_p == 0) & (last_p == run_ends - run_starts - 1)).tolist()
+        contiguous_runs = (first_p == 0) & (last_p == run_ends - run_starts - 1)
+        contiguous = contiguous_runs.tolist()
         has_replicas = (self.replica_mask != 0).astype(np.int64)
         racked = (_segment_sums(has_replicas, np.append(run_starts, len(self.p_row))) > 0).tolist() if len(run_starts) else []
         run_rows = self.p_row[run_starts] if len(run_starts) else run_starts
-        self.run_topic = [self.topic_names[i] for i in (self.t_off[run_rows] + self.p_topic[run_starts]).tolist()] if len(run_starts) else []
+        self.run_topic = list(map(self.topic_names.__getitem__, (self.t_off[run_rows] + self.p_topic[run_starts]).tolist()))
         self.run_start = run_starts.tolist()
         self.run_end = run_ends.tolist()
         self.run_contiguous, self.run_racked = contiguous, racked
-        partition_list = self.partition.tolist()
-        self.run_count = [r1 - r0 if c else max(partition_list[r1 - 1] + 1, 0)
-                          for r0, r1, c in zip(self.run_start, self.run_end, contiguous)]
+        self.run_count = np.where(contiguous_runs, run_ends - run_starts, np.maximum(last_p + 1, 0)).tolist()
         # Partitions of runs that are not 0..n-1 in order: partition -> index in the batch.
         self.run_positions: dict[int, dict[int, int]] = {}
-        for r in (i for i, c in enumerate(contiguous) if not c):
-            self.run_positions[r] = {p: i for i in range(self.run_start[r], self.run_end[r])
-                                     if 0 <= (p := partition_list[i]) < self.run_count[r]}
-        self._lag_list = self.lag.tolist()
+        for r in np.flatnonzero(~contiguous_runs).tolist():
+            r0, r1, count = self.run_start[r], self.run_end[r], self.run_count[r]
+            self.run_positions[r] = {p: i for i, p in enumerate(self.partition[r0:r1].tolist(), r0) if 0 <= p < count}
         self._rack_cache: dict[tuple, tuple] = {}
         self._rack_sets: dict[tuple, list] = {}
-        self._mask_list = self.replica_mask.tolist()
 
         self.prev_partition = self._previous_partitions(topic_names)
+
+    @cached_property
+    def _lag_list(self) -> list[int]:  # only for assignors that read lags
+        return self.lag.tolist()
+
+    @cached_property
+    def _mask_list(self) -> list[int]:  # only for assignors that read replica racks
+        return self.replica_mask.tolist()
 
     def lags_of(self, r: int) -> tuple:
         """Run r's lags by partition id (0 where a partition has no row)."""
