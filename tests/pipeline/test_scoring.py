@@ -177,6 +177,34 @@ def test_rack_locality_fraction():
     assert r["moved"] == 0  # nothing was owned before
 
 
+def test_members_alike_but_for_their_racks_keep_them_in_every_sample():
+    """One subscription and no static ids, racks that differ: each member's spec carries its own rack,
+    in the first sample and in later ones, where it also carries the member's current assignment."""
+    rows_p = [("g", s, "t", p, 5, None, ("r1",)) for s in (0, 1) for p in range(4)]
+    rows_m = [("g", s, member, ["t"], rack) for s in (0, 1) for member, rack in (("a", "r1"), ("b", None), ("c", "r2"))]
+    p, m = samples(rows_p, rows_m)
+    seen = SampleRecorder()
+    run(p, m, [seen])
+    assert seen.racks == [{"a": "r1", "b": None, "c": "r2"}] * 2
+    assert seen.types == [SubscriptionType.HOMOGENEOUS] * 2
+    assert seen.current == [{"a": {}, "b": {}, "c": {}}, {"a": {"t": (0, 1, 2, 3)}, "b": {}, "c": {}}]
+
+
+class SampleRecorder(AllToFirst):
+    """AllToFirst that remembers each call's racks, subscription type and current assignments."""
+
+    name = "sample-recorder"
+
+    def __init__(self):
+        self.racks, self.types, self.current = [], [], []
+
+    def assign(self, spec, topics):
+        self.racks.append({m: s.rack_id for m, s in spec.members.items()})
+        self.types.append(spec.subscription_type)
+        self.current.append({m: dict(s.assignment) for m, s in spec.members.items()})
+        return super().assign(spec, topics)
+
+
 def test_unknown_partitions_and_idle_members():
     # partitions 0 and 2 only (1 never sampled); three members for two partitions
     p, m = samples(

@@ -191,8 +191,8 @@ class _Batch:
         self.n_members = np.diff(self.m_off)
         instances = _list(col(6))[1]
         self.instances = instances.to_pylist()
-        # Rows whose members are all alike but for their id (one subscription, no rack, no static
-        # id): their spec is built without a Python step per member.
+        # Rows whose members are all alike but for their id and rack (one subscription, no static
+        # id): their specs are one per rack, and a member's is picked without a Python step.
         plain = _np(instances.is_null()).astype(np.int64) if len(instances) else np.zeros(0, np.int64)
         self.member_rack = unpack(col(7), np.int32)[1].astype(np.int64)
 
@@ -205,7 +205,6 @@ class _Batch:
         self.subscribed = _Pairs(col(8), self.m_off)
         masks = self.subscribed.masks
         self.sub_mask = masks.tolist()
-        plain = plain * (self.member_rack < 0)
         starts = self.m_off[:-1]
         alike = np.zeros(n, bool)
         full = np.flatnonzero(self.n_members > 0)
@@ -377,16 +376,24 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
         t0, t1 = t_off[row], t_off[row + 1]
         if alike[row]:
             sub = _subsets(subscription_tables, tuple(topic_names[t0:t1]))[sub_mask[m0]]
-            spec = shared.get((sub, None, None))
-            if spec is None:
-                spec = shared[sub, None, None] = MemberSubscription(sub)
-            alike_fresh = dict.fromkeys(ids, spec)
+            rack_base, rack_end = r_off_list[row], r_off_list[row + 1]
+            racks = None
+            if rack_base == rack_end:
+                alike_fresh = dict.fromkeys(ids, _shared_spec(shared, sub, None))
+            else:  # by rack position + 1 (0: no rack)
+                names = [None, *rack_names[rack_base:rack_end]]
+                specs = [_shared_spec(shared, sub, name) for name in names]
+                at = [r + 1 for r in member_rack[m0:m1]]
+                alike_fresh = dict(zip(ids, map(specs.__getitem__, at)))
+                racks = list(map(names.__getitem__, at))
             for a, assignor in enumerate(assignors):
                 current = previous[a]
                 if current is None:
                     members = alike_fresh
-                else:
+                elif racks is None:
                     members = {mid: MemberSubscription(sub, None, None, current.get(mid, EMPTY)) for mid in ids}
+                else:
+                    members = {mid: MemberSubscription(sub, rk, None, current.get(mid, EMPTY)) for mid, rk in zip(ids, racks)}
                 result = _assign(assignor, GroupSpec(members, homogeneous), describer, errors[a], row)
                 if result is not None:
                     _record(result, owners[a], slot_of, positions, base_of)
@@ -434,6 +441,14 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
             previous[a] = result
     owner = np.array(owners, np.int64).reshape(n_assignors, len(b.p_row))
     return _assemble(b, batch, assignors, owner, errors)
+
+
+def _shared_spec(shared: dict, subscription: frozenset, rack) -> MemberSubscription:
+    """The batch's one MemberSubscription without static id or current assignment for (subscription, rack)."""
+    spec = shared.get((subscription, rack, None))
+    if spec is None:
+        spec = shared[subscription, rack, None] = MemberSubscription(subscription, rack)
+    return spec
 
 
 def _assign(assignor, spec: GroupSpec, describer, errors: dict, row: int):
@@ -490,14 +505,15 @@ def _assemble(b: _Batch, batch: pa.RecordBatch, assignors, owner, errors) -> pa.
         assigned = own >= 0
         slot = np.where(assigned, m_base + own, 0)  # only read where assigned
         idx = np.flatnonzero(assigned)
+        owner_slot = slot[idx]
         # Every member slot belongs to a scored row (rows without members have no slots).
-        member_lag = np.bincount(slot[idx], weights=lag[idx], minlength=n_slots)
-        member_parts = np.bincount(slot[idx], minlength=n_slots)
+        member_lag = np.bincount(owner_slot, weights=lag[idx], minlength=n_slots)
+        member_parts = np.bincount(owner_slot, minlength=n_slots)
         max_lag = np.maximum.reduceat(member_lag, m_starts[:-1])
         max_parts = np.maximum.reduceat(member_parts, m_starts[:-1])
         min_parts = np.minimum.reduceat(member_parts, m_starts[:-1])
         sum_lag = _segment_sums(member_lag, m_starts)
-        unassigned = n_parts - _segment_sums(assigned.astype(np.int64), b.p_off)[scored]
+        unassigned = n_parts - _segment_sums(member_parts, m_starts)  # a row's partitions are its members' or nobody's
 
         # Moves: the owner (by member id) differs from the previous sample's, or at a group's first
         # sample from the owner observed in the sample.
@@ -530,5 +546,5 @@ def _assemble(b: _Batch, batch: pa.RecordBatch, assignors, owner, errors) -> pa.
         columns["moved"].append(pa.array(moved, pa.int32(), mask=failed))
         columns["rack_local_fraction"].append(pa.array(locality, pa.float64(), mask=failed | (n_known == 0)))
         columns["error"].append(pa.array([failed_at.get(s) for s in scored.tolist()] if failed_at else pa.nulls(len(scored), pa.string()), pa.string()))
-    arrays = [pa.concat_arrays(columns[name]) for name in SCORE_SCHEMA.names]
+    arrays = [pa.concat_arrays(parts) if len(parts) > 1 else parts[0] for parts in map(columns.get, SCORE_SCHEMA.names)]
     return pa.RecordBatch.from_arrays(arrays, schema=SCORE_SCHEMA)
