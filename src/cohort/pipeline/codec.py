@@ -181,7 +181,7 @@ def encode(table: pa.Table | pa.RecordBatch) -> pa.Table:
     name_bytes = np.bincount(row_of_name, weights=np.maximum(name_lengths, 0), minlength=n).astype(np.int64)
     present = names.drop_null()
     if len(present):
-        offsets, data = _binary_buffer(present.cast(pa.binary()))
+        _, data = _binary_buffer(present.cast(pa.binary()))
     else:
         data = pa.py_buffer(b"")
     names_column = _binary_array(name_bytes, data)
