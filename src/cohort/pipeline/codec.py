@@ -90,14 +90,18 @@ def _np(array, null=None) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
+def _binary_array(lengths: np.ndarray, data: pa.Buffer) -> pa.Array:
+    """A binary array whose i-th value is the next lengths[i] bytes of `data`."""
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("too many bytes for one binary array: convert fewer rows at a time")
+    return pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets.astype(np.int32)), data])
+
+
 def pack(counts: np.ndarray, values: np.ndarray, dtype) -> pa.Array:
     """A binary array whose i-th value holds the next counts[i] of `values` as little-endian `dtype`."""
-    width = np.dtype(dtype).itemsize
-    offsets = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))) * width
-    if offsets[-1] >= 1 << 31:
-        raise ValueError("too many values for one binary array: convert fewer rows at a time")
     data = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<"))
-    return pa.Array.from_buffers(pa.binary(), len(counts), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+    return _binary_array(np.asarray(counts, np.int64) * data.itemsize, pa.py_buffer(data))
 
 
 def unpack(column, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -142,11 +146,10 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
 
 
-def _list_column(table: pa.Table, name: str) -> tuple[np.ndarray, pa.Array]:
-    """(length per row, flattened values) of a list<string> column."""
-    column = table[name].combine_chunks()
+def list_offsets(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(offsets rebased to 0, values) of a list column."""
     offsets = _np(column.offsets).astype(np.int64)
-    return np.diff(offsets), column.flatten()
+    return offsets - offsets[0], column.flatten()
 
 
 def _binary_buffer(column) -> tuple[np.ndarray, pa.Buffer]:
@@ -161,7 +164,7 @@ def encode(table: pa.Table | pa.RecordBatch) -> pa.Table:
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     n = table.num_rows
-    lists = [_list_column(table, name) for name in _STRING_LISTS]
+    lists = [(np.diff(offsets), values) for offsets, values in (list_offsets(table[name].combine_chunks()) for name in _STRING_LISTS)]
     n_topics, n_racks, n_members = lists[0][0], lists[1][0], lists[2][0]
     if not np.array_equal(lists[3][0], n_members):
         raise ValueError("member_instances must list one entry (or null) per member")
@@ -213,13 +216,6 @@ def encode(table: pa.Table | pa.RecordBatch) -> pa.Table:
     return pa.Table.from_arrays(
         [table["sample_seq"], table["sample_time"], table["group_id"], names_column, body], schema=STORED_SCHEMA
     )
-
-
-def _binary_array(lengths: np.ndarray, data: pa.Buffer) -> pa.Array:
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    if offsets[-1] >= 1 << 31:
-        raise ValueError("too many bytes for one binary array: encode fewer rows at a time")
-    return pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets.astype(np.int32)), data])
 
 
 def decode(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -33,7 +33,7 @@ from cohort.assignors.api import (
     PartitionAssignorError,
     SubscriptionType,
 )
-from cohort.pipeline.codec import GROUP_COLUMN, _np, decode, unpack
+from cohort.pipeline.codec import GROUP_COLUMN, _np, decode, list_offsets, unpack
 from cohort.pipeline.group_samples import _codes, _run_starts, whole_groups
 
 MASK_BITS = 62  # topics or racks of one sample that fit a bitmask; beyond it the slow paths run
@@ -58,12 +58,6 @@ SCORE_SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
-
-
-def _list(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """(offsets rebased to 0, values) of a list column."""
-    offsets = _np(column.offsets).astype(np.int64)
-    return offsets - offsets[0], column.flatten()
 
 
 class _Pairs:
@@ -183,22 +177,22 @@ class _Batch:
             first[1:] = _np(pc.not_equal(group.slice(1), group.slice(0, n - 1)), null=True)
         self.first_of_group = first
 
-        self.m_off, member_ids = _list(col(5))
+        self.m_off, member_ids = list_offsets(col(5))
         self.member_ids = member_ids.to_pylist()
         # Member ids as codes, to compare owners across a group's samples; when every row is a
         # group's first sample, owners are only compared within a row, where slots do.
         self.member_code = np.arange(len(member_ids)) if first.all() else _codes(member_ids)
         self.n_members = np.diff(self.m_off)
-        instances = _list(col(6))[1]
+        instances = list_offsets(col(6))[1]
         self.instances = instances.to_pylist()
         # Rows whose members are all alike but for their id and rack (one subscription, no static
         # id): their specs are one per rack, and a member's is picked without a Python step.
         plain = _np(instances.is_null()).astype(np.int64) if len(instances) else np.zeros(0, np.int64)
         self.member_rack = unpack(col(7), np.int32)[1].astype(np.int64)
 
-        self.t_off, topic_names = _list(col(3))
+        self.t_off, topic_names = list_offsets(col(3))
         self.topic_names = topic_names.to_pylist()
-        self.r_off, rack_names = _list(col(4))
+        self.r_off, rack_names = list_offsets(col(4))
         self.rack_names = rack_names.to_pylist()
 
         # Subscriptions as bitmasks over the row's topics; equal masks share one frozenset.
