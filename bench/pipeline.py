@@ -4,11 +4,12 @@
     python bench/pipeline.py --groups 100000 --agg-rows 2000000   # a quicker run
 
 1. Simulate GROUPS groups (20 partitions each, --samples samples) with `cohort pipeline simulate`'s code.
-2. For each assignor alone, then all together: the scoring stage of `evaluate` (read the
-   group-sample Parquet table in the splits `evaluate.even_splits` sets, with more than one sample
-   shuffle it by group and sort, mapInArrow running the assignor, write the scores as Parquet),
-   timed, as groups/s (group samples per second when --samples > 1). Then the whole `evaluate`
-   job once.
+2. For each assignor alone, then all together: the scoring stage of `evaluate`, timed, as groups/s
+   (group samples per second when --samples > 1): as `evaluate.run` does it, the Python workers
+   read the group-sample table a bucket at a time (`evaluate.table_tasks`), run the assignor and
+   hand the scores to Spark, which writes them as Parquet. With --spark-reader, Spark reads the
+   table instead (in the splits `evaluate.even_splits` sets, with more than one sample shuffled by
+   group and sorted) and mapInArrow runs the assignor. Then the whole `evaluate` job once.
 3. Lag aggregation over AGG_ROWS partition samples (a simulated fleet with one sample): per group
    and sample, total lag, max partition lag and partition count, and per member the total lag.
    Spark (the same session) beside DuckDB (threads = Spark's cores) on the same Parquet files; the
@@ -39,7 +40,8 @@ def _timed(fn, repeat=1):
     return times, value
 
 
-def bench_evaluate(spark, work: Path, groups: int, samples: int, partitions: int, names: list[str]) -> dict:
+def bench_evaluate(spark, work: Path, groups: int, samples: int, partitions: int, names: list[str],
+                   spark_reader: bool = False) -> dict:
     from cohort.pipeline import evaluate
     from cohort.pipeline.fleet import FleetParams
     from cohort.pipeline.simulate import write_fleet
@@ -49,18 +51,25 @@ def bench_evaluate(spark, work: Path, groups: int, samples: int, partitions: int
     print(f"simulate: {groups:,} groups x {samples} samples x {partitions} partitions in {sim_t:.1f} s", flush=True)
     p, m = evaluate.load_samples(spark, str(fleet))
     rows, grouped = evaluate.load_group_samples(spark, str(fleet), p, m)
-    results = {"simulate_s": sim_t, "assignors": {}}
-    with evaluate.even_splits(spark):  # as `evaluate.run` scores
-        # Warm-up on 1 % of the rows, every task: starts the Python workers and imports the assignors,
-        # which would otherwise be charged to the first assignor timed.
-        evaluate.score(spark, rows.sample(fraction=0.01, seed=1), names, grouped).write.mode("overwrite").parquet(
-            str(work / "warm-up"))
+    tasks = None if spark_reader else evaluate.table_tasks(spark, str(fleet))
+    print(f"reader: {'Spark' if tasks is None else f'Python workers, {len(tasks)} tasks'}", flush=True)
+
+    def scores(names, warm_up=False):
+        if tasks is not None:
+            return evaluate.score_tasks(spark, tasks[: 2 * spark.sparkContext.defaultParallelism] if warm_up else tasks, names)
+        return evaluate.score(spark, rows.sample(fraction=0.01, seed=1) if warm_up else rows, names, grouped)
+
+    results = {"simulate_s": sim_t, "reader": "spark" if tasks is None else "workers", "assignors": {}}
+    with evaluate.even_splits(spark):  # as `evaluate.run` scores with Spark's reader
+        # Warm-up on a few tasks or 1 % of the rows: starts the Python workers and imports the
+        # assignors, which would otherwise be charged to the first assignor timed.
+        scores(names, warm_up=True).write.mode("overwrite").parquet(str(work / "warm-up"))
         shutil.rmtree(work / "warm-up", ignore_errors=True)
         group_samples = groups * samples
         for run in [[n] for n in names] + ([names] if len(names) > 1 else []):
             label = ",".join(run)
             out = work / f"scores-{label}"
-            (t,), _ = _timed(lambda: evaluate.score(spark, rows, run, grouped).write.mode("overwrite").parquet(str(out)))
+            (t,), _ = _timed(lambda: scores(run).write.mode("overwrite").parquet(str(out)))
             rate = group_samples / t
             results["assignors"][label] = {"seconds": t, "group_samples_per_s": rate}
             print(f"evaluate scoring [{label}]: {t:.1f} s, {rate:,.0f} group samples/s", flush=True)
@@ -130,6 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--work", default=None, help="scratch directory (default: a temp dir, removed)")
+    parser.add_argument("--spark-reader", action="store_true", help="score with Spark reading the group-sample table")
     parser.add_argument("--skip-evaluate", action="store_true")
     parser.add_argument("--skip-aggregation", action="store_true")
     args = parser.parse_args(argv)
@@ -149,7 +159,8 @@ def main(argv=None) -> int:
             results["session_start_s"] = time.perf_counter() - started
             if not args.skip_evaluate:
                 names = [n for n in args.assignors.split(",") if n]
-                results["evaluate"] = bench_evaluate(spark, work, args.groups, args.samples, args.partitions, names)
+                results["evaluate"] = bench_evaluate(spark, work, args.groups, args.samples, args.partitions, names,
+                                                    args.spark_reader)
             if not args.skip_aggregation:
                 results["aggregation"] = bench_aggregation(spark, work, args.agg_rows, args.partitions, cores, args.repeat)
         results["load_avg_at_end"] = os.getloadavg()

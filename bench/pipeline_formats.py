@@ -1,4 +1,4 @@
-"""Stored against wide group-sample rows: Spark's cost of reading them, and the scoring rate.
+"""Stored against wide group-sample rows, and Spark's reader against the Python workers' own.
 
     python bench/pipeline_formats.py                            # 1,000,000 groups, 3 rounds
     python bench/pipeline_formats.py --groups 200000 --rounds 2
@@ -6,10 +6,12 @@
 Two runs of bench/pipeline.py on this VM differ by 5-15 %, more than the formats do, so this
 bench simulates one fleet, writes its group samples a second time as wide rows (the table's format
 before `cohort.pipeline.codec`: name lists and packed columns, Spark's default compression), and
-alternates between the two in one Spark session, round after round:
+alternates between three ways of reading them in one Spark session, round after round:
+`stored` and `wide`, read by Spark and handed over by mapInArrow, and `workers`, the stored rows
+read by the Python workers a bucket at a time (`evaluate.table_tasks`, what `evaluate` does):
 
-1. read: every row handed to a Python function that only counts them (what Spark itself costs);
-2. scoring, one assignor at a time, as bench/pipeline.py times it (read, score, write Parquet).
+1. read: every row handed to a Python function that only counts them (what reading itself costs);
+2. scoring, one assignor at a time (read, score, write Parquet).
 
 Each line gives the wall time and the machine's CPU time per group (user + nice + system from
 /proc/stat, so Linux only; the JVM and the Python workers together), and the end the medians.
@@ -38,6 +40,17 @@ def _count_rows(batches):
 
     for batch in batches:
         yield pa.RecordBatch.from_arrays([pa.array([batch.num_rows], pa.int64())], names=["n"])
+
+
+def _count_task_rows(batches):
+    import pyarrow as pa
+
+    from cohort.pipeline.sample_files import from_json, read_task
+
+    for batch in batches:
+        for task in batch.column(0).to_pylist():
+            n = sum(b.num_rows for b in read_task(from_json(task)))
+            yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
 
 
 def _decode(batches):
@@ -88,24 +101,38 @@ def main(argv=None) -> int:
             for label, path in (("stored", fleet), ("wide", wide)):
                 p, m = evaluate.load_samples(spark, str(path))
                 loaded[label] = evaluate.load_group_samples(spark, str(path), p, m)
+            tasks = evaluate.table_tasks(spark, str(fleet))
+            assert tasks, "the stored table is local and in the layout"
+            loaded["workers"] = (tasks, None)
+            task_frame = evaluate.task_frame(spark, tasks)
+
+            def read(label, rows, grouped):
+                if label == "workers":
+                    return task_frame.mapInArrow(_count_task_rows, "n long").groupBy().sum("n").collect()[0][0]
+                return rows.mapInArrow(_count_rows, "n long").groupBy().sum("n").collect()[0][0]
+
+            def scores(label, rows, grouped, step_names):
+                if label == "workers":
+                    return evaluate.score_tasks(spark, rows, step_names)
+                return evaluate.score(spark, rows, step_names, grouped)
+
             with evaluate.even_splits(spark):
                 for label, (rows, grouped) in loaded.items():  # warm-up: workers, imports, the JIT
-                    evaluate.score(spark, rows.sample(fraction=0.02, seed=1), names, grouped).write.mode(
-                        "overwrite").parquet(str(work / "warm-up"))
-                    rows.mapInArrow(_count_rows, "n long").groupBy().sum("n").collect()
+                    few = rows[:4] if label == "workers" else rows.sample(fraction=0.02, seed=1)
+                    scores(label, few, grouped, names).write.mode("overwrite").parquet(str(work / "warm-up"))
+                    read(label, rows, grouped)
                 for rnd in range(1, args.rounds + 1):
                     for step in ["read"] + names:
                         for label, (rows, grouped) in loaded.items():
                             cpu, start = _cpu_seconds(), time.perf_counter()
                             if step == "read":
-                                (total,) = rows.mapInArrow(_count_rows, "n long").groupBy().sum("n").collect()[0]
+                                total = read(label, rows, grouped)
                                 assert total == args.groups, total
                             else:
-                                evaluate.score(spark, rows, [step], grouped).write.mode("overwrite").parquet(
-                                    str(work / "scores"))
+                                scores(label, rows, grouped, [step]).write.mode("overwrite").parquet(str(work / "scores"))
                             wall, used = time.perf_counter() - start, _cpu_seconds() - cpu
                             results.setdefault(f"{step} {label}", []).append(used / args.groups * 1e6)
-                            print(f"round {rnd} {step:8} {label:6}: {wall:6.2f} s, {args.groups / wall:9,.0f} groups/s, "
+                            print(f"round {rnd} {step:8} {label:7}: {wall:6.2f} s, {args.groups / wall:9,.0f} groups/s, "
                                   f"{used / args.groups * 1e6:5.1f} us of CPU per group", flush=True)
         print("median us of CPU per group over the rounds:")
         for key, values in results.items():

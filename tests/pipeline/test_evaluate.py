@@ -103,6 +103,26 @@ def test_samples_without_the_group_sample_table_score_the_same(spark, fleet, eva
     assert [r.asDict() for r in got] == [r.asDict() for r in want]
 
 
+def test_the_table_read_by_spark_scores_as_read_by_the_workers(spark, fleet, evaluated):
+    """The CLI read the fleet's table in the Python workers (it is local and in the layout); Spark's
+    reader, with its shuffle by group (three samples per group), gives the very same scores."""
+    from cohort.pipeline import evaluate
+
+    out, _ = evaluated
+    tasks = evaluate.table_tasks(spark, str(fleet.dir))
+    assert tasks and all(unit.files for task in tasks for unit in task)
+    p, m = evaluate.load_samples(spark, str(fleet.dir))
+    rows, grouped = evaluate.load_group_samples(spark, str(fleet.dir), p, m)
+    assert "body" in rows.columns and not grouped
+    key = ["group_id", "sample_seq", "assignor"]
+    got = evaluate.score(spark, rows, ASSIGNORS, grouped).orderBy(*key).collect()
+    want = spark.read.parquet(str(out / "scores")).orderBy(*key).collect()
+    assert len(got) == fleet.groups * fleet.samples * len(ASSIGNORS)
+    assert [r.asDict() for r in got] == [r.asDict() for r in want]
+    direct = evaluate.score_tasks(spark, tasks, ASSIGNORS).orderBy(*key).collect()
+    assert [r.asDict() for r in direct] == [r.asDict() for r in want]
+
+
 def test_a_group_sample_table_of_wide_rows_scores_the_same(spark, fleet, evaluated, tmp_path):
     """Tables written before the stored format (wide rows: name lists and packed columns) are read as they are."""
     import shutil

@@ -2,11 +2,13 @@
 
 The input is the samples' group-sample table (`cohort.pipeline.group_samples`: one row per group
 and sample), or, for a samples directory without one, the same rows built in Spark from the flat
-tables. `mapInArrow` hands batches of whole groups to `cohort.pipeline.scoring`, which runs the
-assignors (the same code the broker runs) and scores them. When every group has one sample the
-rows are independent and go straight from the files to the assignors; otherwise they are first
-shuffled by group and sorted by sample. The scores are written first and the summaries read them
-back, so the assignors run once.
+tables. Batches of whole groups go to `cohort.pipeline.scoring`, which runs the assignors (the
+same code the broker runs) and scores them. A table on the local filesystem is read by the Python
+workers themselves, one task per group bucket (`cohort.pipeline.sample_files`: no JVM per row, no
+shuffle). Otherwise Spark reads it and `mapInArrow` hands over the batches: when every group has
+one sample they go straight from the files to the assignors, else they are first shuffled by
+group and sorted by sample. The scores are written first and the summaries read them back, so the
+assignors run once.
 Runnable as `spark-submit src/cohort/pipeline/evaluate.py --samples DIR --out DIR`.
 
 Outputs under OUT: `scores/` (group, sample, assignor), `group_summary/` (group, assignor),
@@ -19,7 +21,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from cohort.pipeline import codec, group_samples, layout
+from cohort.pipeline import codec, group_samples, layout, sample_files
 from cohort.pipeline.scoring import SCORE_SCHEMA
 
 DEFAULT_ASSIGNORS = ("uniform", "range", "lag")
@@ -39,6 +41,20 @@ def _score_fn(names: tuple[str, ...]):
         from cohort.pipeline.scoring import score_batches
 
         yield from score_batches(batches, [assignors.get(name) for name in names])
+
+    return score
+
+
+def _score_tasks_fn(names: tuple[str, ...]):
+    def score(batches):
+        from cohort import assignors
+        from cohort.pipeline.sample_files import from_json, read_task
+        from cohort.pipeline.scoring import score_batches
+
+        chosen = [assignors.get(name) for name in names]
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                yield from score_batches(read_task(from_json(task)), chosen)
 
     return score
 
@@ -98,6 +114,30 @@ def score(spark, rows, assignor_names, grouped: bool = False, num_partitions: in
         n = num_partitions or _default_partitions(spark, rows)
         rows = rows.repartition(n, "group_id").sortWithinPartitions(F.xxhash64("group_id"), "group_id", "sample_seq")
     return rows.mapInArrow(_score_fn(tuple(assignor_names)), layout.spark_schema(SCORE_SCHEMA))
+
+
+def table_tasks(spark, samples: str, num_partitions: int | None = None):
+    """The tasks that read the samples' group-sample table in the Python workers, or None when
+    Spark must read it (not on the local filesystem, or not in the layout; see `sample_files`)."""
+    tasks = num_partitions or SPLITS_PER_CORE * spark.sparkContext.defaultParallelism
+    try:
+        return sample_files.plan(f"{samples.rstrip('/')}/{group_samples.TABLE}", tasks)
+    except sample_files.SampleFilesError as e:
+        raise SamplesError(str(e)) from None
+
+
+def task_frame(spark, tasks):
+    """A DataFrame of `table_tasks`' tasks: one row (the task, as JSON) per Spark partition, in order."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    text = [(sample_files.to_json(task),) for task in tasks]
+    return spark.createDataFrame(spark.sparkContext.parallelize(text, len(text)),
+                                 StructType([StructField("task", StringType(), False)]))
+
+
+def score_tasks(spark, tasks, assignor_names):
+    """The scores DataFrame (lazy) of `table_tasks`' tasks, each a Spark task of its own."""
+    return task_frame(spark, tasks).mapInArrow(_score_tasks_fn(tuple(assignor_names)), layout.spark_schema(SCORE_SCHEMA))
 
 
 @contextmanager
@@ -213,9 +253,13 @@ def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, 
         return spark.read.parquet(str(out / name))
 
     partitions, members = load_samples(spark, samples)
-    rows, grouped = load_group_samples(spark, samples, partitions, members, num_partitions)
-    with even_splits(spark):
-        scores = written(score(spark, rows, assignor_names, grouped, num_partitions), "scores")
+    tasks = table_tasks(spark, samples, num_partitions)
+    if tasks:
+        scores = written(score_tasks(spark, tasks, assignor_names), "scores")
+    else:
+        rows, grouped = load_group_samples(spark, samples, partitions, members, num_partitions)
+        with even_splits(spark):
+            scores = written(score(spark, rows, assignor_names, grouped, num_partitions), "scores")
     summary = written(group_summary(scores), "group_summary")
     winners = written(group_winners(summary), "group_winners")
     totals = written(overall(scores, winners), "overall", files=1)
