@@ -156,3 +156,41 @@ def test_api_versions_v3_request_parses(table):
     entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=18, request_api_version=3, correlation_id=1, client_id="c"))
     entity_writer(ApiVersionsRequest)(buf, ApiVersionsRequest(client_software_name="x", client_software_version="1"))
     assert decode_request(buf.getvalue(), table).body.client_software_name == "x"
+
+
+@pytest.mark.parametrize("api_key, version", [(12, 4), (18, 3), (3, 1)])
+def test_the_client_side_round_trips_through_the_server_side(table, api_key, version):
+    """encode_request / decode_response (what the pipeline's client sends and reads) against
+    decode_request / encode_response (the broker's side), headers v0-v2 included."""
+    from kio.index import load_request_schema, load_response_schema
+
+    from cohort.protocol.codec import decode_response, encode_request
+
+    bodies = {
+        12: HeartbeatRequest(group_id="grp", generation_id=3, member_id="m-1", group_instance_id=None),
+        18: ApiVersionsRequest(client_software_name="cohort", client_software_version="1"),
+        3: MetadataRequestV1(topics=(TopicV1(name="a"),)),
+    }
+    assert type(bodies[api_key]) is load_request_schema(api_key, version)
+    frame = encode_request(api_key, version, 31, "pipeline", bodies[api_key])
+    assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
+    req = decode_request(frame[4:], table)
+    assert (req.api_key, req.version, req.correlation_id, req.client_id, req.body) == (
+        api_key, version, 31, "pipeline", bodies[api_key])
+
+    codec = table.codec(api_key, version)
+    schema = load_response_schema(api_key, version)
+    fields = {"error_code": ErrorCode.none, "throttle_time": datetime.timedelta(0), "api_keys": (), "brokers": (),
+              "topics": ()}
+    response = build(schema, **{k: v for k, v in fields.items() if k in schema.__dataclass_fields__})
+    correlation, decoded = decode_response(api_key, version, encode_response(31, codec, response)[4:])
+    assert (correlation, decoded) == (31, response)
+
+
+def test_a_response_that_does_not_parse_is_one_clear_error():
+    from cohort.protocol.codec import MalformedResponse, decode_response
+
+    with pytest.raises(MalformedResponse, match="a response frame of 2 bytes"):
+        decode_response(12, 4, b"\x00\x01")
+    with pytest.raises(MalformedResponse, match="cannot parse the api 12 v4 response"):
+        decode_response(12, 4, struct.pack(">i", 5) + b"\x00\x00")

@@ -120,7 +120,8 @@ def _configure(pipeline: argparse.ArgumentParser) -> None:
     ev.add_argument("--assignors", default="uniform,range,lag", metavar="A,B,...",
                     help="comma-separated assignor names (default uniform,range,lag)")
     ev.add_argument("--shuffle-partitions", type=_positive_int, default=None, metavar="N",
-                    help="partitions groups are spread over (default 2 x cores)")
+                    help="tasks groups are spread over (default: 8 per core when the Python workers read "
+                         "the group-sample table, 2 per core when Spark shuffles the rows)")
     _common(ev)
     ev.set_defaults(pipeline_job=_evaluate)
 

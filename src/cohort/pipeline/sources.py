@@ -3,6 +3,7 @@
     spark.read.format("cohort-lag").option("bootstrap", "host:9092").load()            # one sample now
     spark.readStream.format("cohort-lag").option("bootstrap", "host:9092").load()      # one sample per micro-batch
     spark.read.format("cohort-records").option("bootstrap", "host:9092").load()        # the coordinator log, decoded
+    spark.readStream.format("cohort-records").option("bootstrap", "host:9092").load()  # and what is appended to it
 
 `register(spark)` makes both formats known to a session. Option `table` picks the rows of
 `cohort-lag`: `partitions` (default) or `members` in the layout of `cohort.pipeline.layout`, or
@@ -11,6 +12,13 @@ both tables come from the same sweep). The streaming offset is `{"seq": N}`, the
 each micro-batch takes the next sample, and a query restarted from its checkpoint continues after
 the last committed one, so no sample number is written twice. The sweep itself happens in
 `read()`, on an executor, at the time the batch runs.
+
+`cohort-records` streams by log offset: `{"offset": N}` is the next offset of the
+`__consumer_offsets` partition to read, each micro-batch reads the records appended since the last
+(up to the end offset when the batch was planned), and a restarted query continues after the last
+committed batch, so no record is read twice. Option `startingOffsets` = `earliest` (default: the
+whole history first) or `latest` (only what is appended from now on) applies to a query without a
+checkpoint.
 """
 
 from __future__ import annotations
@@ -136,21 +144,72 @@ class LagDataSource(DataSource):
 
 
 class _Log(InputPartition):
-    def __init__(self, partition: int):
-        super().__init__(partition)
-        self.partition = partition
+    def __init__(self, partition: int, start: int | None = None, end: int | None = None):
+        super().__init__((partition, start, end))
+        self.partition, self.start, self.end = partition, start, end
+
+
+def _log_partition(options) -> int:
+    try:
+        value = int(options.get("partition", "0"))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SourceOptionError(f"option 'partition': expected a partition number >= 0, got {options.get('partition')!r}")
+    return value
+
+
+def _starting(options) -> str:
+    value = options.get("startingOffsets", "earliest")
+    if value not in ("earliest", "latest"):
+        raise SourceOptionError(f"option 'startingOffsets': expected earliest or latest, got {value!r}")
+    return value
 
 
 class RecordsReader(DataSourceReader):
     def __init__(self, options):
         self.bootstrap, self.timeout = _bootstrap(options), _timeout(options)
-        self.partition = int(options.get("partition", "0"))
+        self.partition = _log_partition(options)
 
     def partitions(self):
         return [_Log(self.partition)]
 
     def read(self, partition):
         yield from wire.read_records(self.bootstrap, partition.partition, self.timeout)
+
+
+class RecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are positions in the log; a micro-batch is the records between two of them."""
+
+    def __init__(self, options):
+        self.bootstrap, self.timeout = _bootstrap(options), _timeout(options)
+        self.partition, self.starting = _log_partition(options), _starting(options)
+        self._available_now_end: int | None = None
+
+    def _bounds(self) -> tuple[int, int]:
+        return wire.log_bounds(self.bootstrap, self.partition, self.timeout)
+
+    def initialOffset(self) -> dict:
+        first, end = self._bounds()
+        return {"offset": first if self.starting == "earliest" else end}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = self._bounds()[1]
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        end = self._available_now_end if self._available_now_end is not None else self._bounds()[1]
+        return {"offset": max(int(start["offset"]), end)}
+
+    def partitions(self, start: dict, end: dict):
+        first, last = int(start["offset"]), int(end["offset"])
+        return [_Log(self.partition, first, last)] if last > first else []
+
+    def read(self, partition):
+        yield from wire.read_records(self.bootstrap, partition.partition, self.timeout,
+                                     start=partition.start, end=partition.end)
+
+    def commit(self, end: dict) -> None:
+        pass
 
 
 class RecordsDataSource(DataSource):
@@ -164,12 +223,17 @@ class RecordsDataSource(DataSource):
         super().__init__(options)
         _bootstrap(self.options)
         _timeout(self.options)
+        _log_partition(self.options)
+        _starting(self.options)
 
     def schema(self):
         return layout.spark_schema(wire.RECORD_SCHEMA)
 
     def reader(self, schema):
         return RecordsReader(self.options)
+
+    def streamReader(self, schema):
+        return RecordsStreamReader(self.options)
 
 
 def register(spark) -> None:

@@ -3,15 +3,22 @@
 `sample_cluster` takes one lag sample of every consumer group with the ordinary admin APIs
 (ListGroups, DescribeGroups / ConsumerGroupDescribe, OffsetFetch, ListOffsets, Metadata), the same
 calls `kafka-consumer-groups.sh --describe` makes, so it works against any broker, not only cohort.
-`read_records` fetches the coordinator's record log (`__consumer_offsets`) from the beginning and
-decodes it with `cohort.coordinator.records.decode`. Both run inside Spark's Python workers.
+confluent-kafka's group description leaves out what members subscribe to and their racks, so
+`member_facts` asks each group's coordinator itself with cohort's own protocol codec:
+ConsumerGroupDescribe for consumer-protocol groups, DescribeGroups (whose member metadata is the
+ConsumerProtocol subscription) for classic ones.
+`read_records` fetches a range of the coordinator's record log (`__consumer_offsets`; by default
+all of it) and decodes it with `cohort.coordinator.records.decode`. Both run inside Spark's Python workers.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import socket
+import struct
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -70,6 +77,120 @@ def check(bootstrap: str, timeout: float) -> None:
         raise WireError(f"{bootstrap}: no answer within {timeout:g} s ({exc.args[0].str()})") from None
 
 
+API_VERSIONS, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE = 18, 15, 69
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})  # never matched by a regex
+_OUR_VERSIONS = {DESCRIBE_GROUPS: (0, 5), CONSUMER_GROUP_DESCRIBE: (0, 1)}
+
+
+@dataclass(frozen=True)
+class MemberFacts:
+    """What a group's coordinator says one member subscribes to, and its rack."""
+
+    subscribed_topics: tuple[str, ...]
+    rack: str | None
+
+
+class Connection:
+    """One blocking connection to a broker, speaking the protocol with `cohort.protocol`'s codec."""
+
+    def __init__(self, host: str, port: int, timeout: float):
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise WireError(f"{host}:{port}: {exc.strerror or exc}") from None
+        self._where = f"{host}:{port}"
+        self._correlation = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+
+    def __enter__(self) -> "Connection":
+        from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+        response = self.request(API_VERSIONS, 0, ApiVersionsRequest())
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sock.close()
+
+    def version(self, api_key: int) -> int | None:
+        """The highest version of the API that both sides speak, or None."""
+        theirs, ours = self.versions.get(api_key), _OUR_VERSIONS[api_key]
+        if theirs is None or theirs[0] > ours[1] or ours[0] > theirs[1]:
+            return None
+        return min(theirs[1], ours[1])
+
+    def request(self, api_key: int, version: int, body):
+        from cohort.protocol.codec import MalformedResponse, decode_response, encode_request
+
+        self._correlation += 1
+        try:
+            self._sock.sendall(encode_request(api_key, version, self._correlation, "cohort-pipeline-lag", body))
+            (size,) = struct.unpack(">i", self._read(4))
+            correlation, response = decode_response(api_key, version, self._read(size))
+        except (OSError, MalformedResponse) as exc:
+            raise WireError(f"{self._where}: api {api_key} v{version}: {exc}") from None
+        if correlation != self._correlation:
+            raise WireError(f"{self._where}: api {api_key} answered correlation id {correlation}, not {self._correlation}")
+        return response
+
+    def _read(self, n: int) -> bytes:
+        chunks = []
+        while n > 0:
+            chunk = self._sock.recv(min(n, 1 << 20))
+            if not chunk:
+                raise OSError("connection closed by the broker")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+
+def member_facts(coordinator: tuple[str, int], consumer_groups: list[str], classic_groups: list[str],
+                 topics: list[str], timeout: float) -> dict[str, dict[str, MemberFacts]]:
+    """{group: {member: facts}} for the groups one coordinator holds. A group the coordinator cannot
+    describe (an error code, or an API it does not serve) is left out: its members keep the facts
+    the admin API gave."""
+    import re2
+    from kio.index import load_request_schema
+
+    from cohort.coordinator.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
+
+    found: dict[str, dict[str, MemberFacts]] = {}
+    with Connection(*coordinator, timeout) as conn:
+        version = conn.version(CONSUMER_GROUP_DESCRIBE)
+        if consumer_groups and version is not None:
+            request = load_request_schema(CONSUMER_GROUP_DESCRIBE, version)(
+                group_ids=tuple(consumer_groups), include_authorized_operations=False)
+            for g in conn.request(CONSUMER_GROUP_DESCRIBE, version, request).groups:
+                if g.error_code.value != 0:
+                    continue
+                facts = found.setdefault(g.group_id, {})
+                for m in g.members:
+                    subscribed = set(m.subscribed_topic_names)
+                    if m.subscribed_topic_regex:
+                        try:
+                            pattern = re2.compile(m.subscribed_topic_regex)
+                        except re2.error:
+                            pattern = None
+                        if pattern is not None:  # as the coordinator resolves it: RE2, full match
+                            subscribed.update(t for t in topics if t not in INTERNAL_TOPICS and pattern.fullmatch(t))
+                    facts[m.member_id] = MemberFacts(tuple(sorted(subscribed)), m.rack_id)
+        version = conn.version(DESCRIBE_GROUPS)
+        if classic_groups and version is not None:
+            request = load_request_schema(DESCRIBE_GROUPS, version)(
+                groups=tuple(classic_groups), **({"include_authorized_operations": False} if version >= 3 else {}))
+            for g in conn.request(DESCRIBE_GROUPS, version, request).groups:
+                if g.error_code.value != 0 or g.protocol_type != PROTOCOL_TYPE:
+                    continue
+                facts = found.setdefault(g.group_id, {})
+                for m in g.members:
+                    try:
+                        sub = decode_subscription(m.member_metadata)
+                    except ConsumerProtocolError:
+                        continue
+                    facts[m.member_id] = MemberFacts(tuple(sorted(set(sub.topics))), sub.rack_id)
+    return found
+
+
 def sample_cluster(bootstrap: str, sample_seq: int, sample_time: dt.datetime | None = None,
                    timeout: float = 15.0) -> pa.Table:
     """One sweep of the cluster: partition and member rows of every consumer group, in SAMPLE_SCHEMA."""
@@ -96,6 +217,7 @@ def sample_cluster(bootstrap: str, sample_seq: int, sample_time: dt.datetime | N
                                                     timeout, "DescribeCluster").nodes})
     except WireError:
         pass  # racks are optional
+    facts = _member_facts(described, sorted(metadata.topics), timeout)
     owners: dict[str, dict[tuple[str, int], object]] = {}
     topics: set[str] = set()
     group_topics: dict[str, set[str]] = {}
@@ -106,6 +228,9 @@ def sample_cluster(bootstrap: str, sample_seq: int, sample_time: dt.datetime | N
             for tp in m.assignment.topic_partitions:
                 owners[g][(tp.topic, tp.partition)] = m
                 mine.add(tp.topic)
+            known = facts.get(g, {}).get(m.member_id)
+            if known is not None:
+                mine.update(known.subscribed_topics)
         mine = {t for t in mine if t in metadata.topics}
         group_topics[g] = mine
         topics |= mine
@@ -128,10 +253,15 @@ def sample_cluster(bootstrap: str, sample_seq: int, sample_time: dt.datetime | N
         state, gtype = _state_name(d.state), _type_name(getattr(d, "type", None))
         common = dict(sample_seq=sample_seq, sample_time=sample_time, group_id=g, group_state=state, group_type=gtype)
         for m in d.members:
-            subscribed = sorted({tp.topic for tp in m.assignment.topic_partitions}
-                                | {tp.topic for tp in (m.target_assignment.topic_partitions if m.target_assignment else [])})
+            known = facts.get(g, {}).get(m.member_id)
+            if known is None:  # the topics it is assigned (or about to be) is all the admin API tells
+                subscribed = sorted({tp.topic for tp in m.assignment.topic_partitions}
+                                    | {tp.topic for tp in (m.target_assignment.topic_partitions if m.target_assignment else [])})
+                rack = None
+            else:
+                subscribed, rack = list(known.subscribed_topics), known.rack
             add(kind="member", member_id=m.member_id, instance_id=m.group_instance_id, client_id=m.client_id,
-                client_host=m.host, rack=None, subscribed_topics=subscribed, **common)
+                client_host=m.host, rack=rack, subscribed_topics=subscribed, **common)
         for t in sorted(group_topics[g]):
             for p in partitions[t]:
                 c = committed[g].get((t, p))
@@ -143,6 +273,26 @@ def sample_cluster(bootstrap: str, sample_seq: int, sample_time: dt.datetime | N
                     member_id=owner.member_id if owner else None, client_id=owner.client_id if owner else None,
                     client_host=owner.host if owner else None, replica_racks=replica_racks, **common)
     return pa.table(rows, schema=SAMPLE_SCHEMA)
+
+
+def _member_facts(described: dict, topics: list[str], timeout: float) -> dict[str, dict[str, MemberFacts]]:
+    """`member_facts` of every described group, asking each coordinator once. A coordinator that
+    cannot be reached or asked leaves its groups with what the admin API gave: those facts are
+    extras, and the sample stands without them."""
+    by_coordinator: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
+    for g, d in described.items():
+        node = getattr(d, "coordinator", None)
+        if node is None or not d.members:
+            continue
+        consumer, classic = by_coordinator.setdefault((node.host, node.port), ([], []))
+        (consumer if _type_name(getattr(d, "type", None)) == "consumer" else classic).append(g)
+    found: dict[str, dict[str, MemberFacts]] = {}
+    for coordinator, (consumer, classic) in sorted(by_coordinator.items()):
+        try:
+            found.update(member_facts(coordinator, consumer, classic, topics, timeout))
+        except WireError:
+            continue
+    return found
 
 
 def project(table: pa.Table, which: str) -> pa.Table:
@@ -229,26 +379,48 @@ def record_row(offset: int, timestamp: dt.datetime | None, key: bytes, value: by
     return row
 
 
-def read_records(bootstrap: str, partition: int = 0, timeout: float = 15.0, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Every record of one `__consumer_offsets` partition from its start to the end seen at the start."""
+def _records_consumer(bootstrap: str):
     import confluent_kafka as ck
 
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"cohort-records-{uuid.uuid4()}",
-                            "enable.auto.commit": False, "enable.auto.offset.store": False,
-                            "check.crcs": True, "isolation.level": "read_uncommitted", "log_level": 0})
+    return ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"cohort-records-{uuid.uuid4()}",
+                        "enable.auto.commit": False, "enable.auto.offset.store": False,
+                        "enable.partition.eof": True, "check.crcs": True,
+                        "isolation.level": "read_uncommitted", "log_level": 0})
+
+
+def log_bounds(bootstrap: str, partition: int = 0, timeout: float = 15.0) -> tuple[int, int]:
+    """(first offset, end offset) of one `__consumer_offsets` partition now."""
+    import confluent_kafka as ck
+
+    consumer = _records_consumer(bootstrap)
     try:
-        try:
-            start, end = consumer.get_watermark_offsets(ck.TopicPartition(OFFSETS_TOPIC, partition), timeout=timeout)
-        except ck.KafkaException as exc:
-            raise WireError(f"ListOffsets {OFFSETS_TOPIC}: {exc}") from None
-        if end <= start:
-            return
-        consumer.assign([ck.TopicPartition(OFFSETS_TOPIC, partition, ck.OFFSET_BEGINNING)])
+        return consumer.get_watermark_offsets(ck.TopicPartition(OFFSETS_TOPIC, partition), timeout=timeout)
+    except ck.KafkaException as exc:
+        raise WireError(f"ListOffsets {OFFSETS_TOPIC}: {exc}") from None
+    finally:
+        consumer.close()
+
+
+def read_records(bootstrap: str, partition: int = 0, timeout: float = 15.0, batch_rows: int = 10_000,
+                 start: int | None = None, end: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The records of one `__consumer_offsets` partition at offsets [start, end): by default from
+    its first offset to the end offset seen when the read starts."""
+    import time
+
+    import confluent_kafka as ck
+
+    if start is None or end is None:
+        first, last = log_bounds(bootstrap, partition, timeout)
+        start = first if start is None else max(start, first)
+        end = last if end is None else end
+    if end <= start:
+        return
+    consumer = _records_consumer(bootstrap)
+    try:
+        consumer.assign([ck.TopicPartition(OFFSETS_TOPIC, partition, start)])
         rows: list[dict] = []
         position = start
         idle_until = None
-        import time
-
         while position < end:
             msg = consumer.poll(0.5)
             if msg is None:
@@ -259,8 +431,10 @@ def read_records(bootstrap: str, partition: int = 0, timeout: float = 15.0, batc
             idle_until = None
             if msg.error():
                 if msg.error().code() == ck.KafkaError._PARTITION_EOF:
-                    break
+                    break  # the log ends before `end`: nothing left to read there
                 raise WireError(f"fetching {OFFSETS_TOPIC}: {msg.error()}")
+            if msg.offset() >= end:
+                break
             position = msg.offset() + 1
             ts_type, ts = msg.timestamp()
             when = None if ts_type == ck.TIMESTAMP_NOT_AVAILABLE else dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc)

@@ -149,3 +149,45 @@ __all__ = [
     "frame_size",
     "peek_header",
 ]
+
+
+# ---------------------------------------------------------------- the client's side
+
+
+class MalformedResponse(ValueError):
+    """A response frame that is not the answer to the request it should answer."""
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """Size-prefixed request frame: the header the API/version demands (v1 or v2) + body."""
+    from kio.index import load_request_schema
+    from kio.serial import entity_writer
+
+    schema = load_request_schema(api_key, version)
+    header = schema.__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header)(buf, header(request_api_key=api_key, request_api_version=version,
+                                      correlation_id=correlation_id, client_id=client_id))
+    entity_writer(schema)(buf, body)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame (without its size prefix)."""
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    schema = load_response_schema(api_key, version)
+    if len(frame) < 4:
+        raise MalformedResponse(f"a response frame of {len(frame)} bytes")
+    (correlation_id,) = _SIZE.unpack_from(frame, 0)
+    start = 4 + (1 if schema.__header_schema__.__version__ >= 1 else 0)  # header v1: an empty tag buffer
+    try:
+        body, _ = entity_reader(schema)(frame, start)
+    except Exception as exc:  # noqa: BLE001 - kio raises several types on bad bytes
+        raise MalformedResponse(f"cannot parse the api {api_key} v{version} response: {exc!r}") from None
+    return correlation_id, body

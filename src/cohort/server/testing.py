@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import io
 import os
 import signal
 import socket
@@ -21,10 +20,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-
 from cohort.config import Config
+from cohort.protocol.codec import decode_response, encode_request
 
 
 class ServerThread:
@@ -112,17 +109,10 @@ class WireClient:
         self.close()
 
     def encode(self, api_key: int, version: int, body: Any, correlation_id: int | None = None, client_id: str | None = "test") -> bytes:
-        req = load_request_schema(api_key, version)
-        hdr_cls = req.__header_schema__
         if correlation_id is None:
             self._corr += 1
             correlation_id = self._corr
-        buf = io.BytesIO()
-        entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=api_key, request_api_version=version,
-                                             correlation_id=correlation_id, client_id=client_id))
-        entity_writer(req)(buf, body)
-        payload = buf.getvalue()
-        return struct.pack(">i", len(payload)) + payload
+        return encode_request(api_key, version, correlation_id, client_id, body)
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -149,11 +139,7 @@ class WireClient:
         return b"".join(chunks)
 
     def decode(self, api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
-        resp = load_response_schema(api_key, version)
-        (corr,) = struct.unpack_from(">i", frame, 0)
-        pos = 4 + (1 if resp.__header_schema__.__version__ >= 1 else 0)
-        body, _ = entity_reader(resp)(frame, pos)
-        return corr, body
+        return decode_response(api_key, version, frame)
 
     def request(self, api_key: int, version: int, body: Any) -> Any:
         """Send one request and return the decoded response body."""
