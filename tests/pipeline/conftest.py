@@ -93,28 +93,37 @@ class Evaluation:
     new_in_tmp: set      # entries with JVM/Spark names that appeared in /tmp during the run
 
 
-@pytest.fixture(scope="session")
-def evaluation(fleet, tmp_path_factory) -> Evaluation:
-    """`cohort pipeline evaluate` on the fleet, run as a user runs it: its own process and JVM.
+def run_isolated(base: Path, *args: str) -> Evaluation:
+    """`cohort pipeline ARGS --out BASE/out` as a user runs it: its own process and JVM.
 
     The working directory, $TMPDIR and $HOME are fresh empty directories, so a test can check
     that nothing was written outside --out. The JVM ignores $TMPDIR, so /tmp is listed before
     and after; other processes share /tmp, so only names Spark and the JVM use count.
     """
-    base = tmp_path_factory.mktemp("evaluation")
     work, tmpdir, home, out = (base / name for name in ("work", "tmpdir", "home", "out"))
     for d in (work, tmpdir, home):
         d.mkdir()
     env = {**os.environ, "TMPDIR": str(tmpdir), "HOME": str(home)}
-    for key in ("SPARK_LOCAL_DIRS", "MPLCONFIGDIR", "PYSPARK_GATEWAY_PORT"):
+    for key in ("SPARK_LOCAL_DIRS", "MPLCONFIGDIR", "PYSPARK_GATEWAY_PORT", "HYPOTHESIS_STORAGE_DIRECTORY"):
         env.pop(key, None)
     before = set(os.listdir("/tmp"))
-    args = ["evaluate", "--samples", str(fleet.dir), "--out", str(out), "--master", "local[2]"]
-    result = subprocess.run([sys.executable, "-m", "cohort.pipeline.cli", *args], cwd=work, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "cohort.pipeline.cli", *args, "--out", str(out), "--master", "local[2]"],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     new_in_tmp = {name for name in set(os.listdir("/tmp")) - before if JVM_NAMES.search(name)}
     return Evaluation(out, result.stdout, work, tmpdir, home, new_in_tmp)
+
+
+@pytest.fixture(scope="session")
+def evaluation(fleet, tmp_path_factory) -> Evaluation:
+    """`cohort pipeline evaluate` on the fleet, run as a user runs it (`run_isolated`)."""
+    return run_isolated(tmp_path_factory.mktemp("evaluation"), "evaluate", "--samples", str(fleet.dir))
+
+
+@pytest.fixture(scope="session")
+def isolated():
+    """`run_isolated`, for tests that run a job of their own."""
+    return run_isolated
 
 
 @dataclass(frozen=True)

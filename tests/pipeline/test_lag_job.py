@@ -219,3 +219,43 @@ def test_a_replayed_sample_replaces_its_files_instead_of_adding_to_them(tmp_path
                      "date=2026-07-01/group_bucket=1/part-s00000000000000000002-00001.parquet",
                      "date=2026-07-01/group_bucket=3/part-s00000000000000000001-00000.parquet"]
     assert {p.read_text() for p in final.rglob("part-s00000000000000000002-*")} == {"attempt 2"}
+
+
+def test_closed_days_are_compacted_to_one_sorted_file_per_bucket(spark, runs, tmp_path):
+    import datetime as dt
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from cohort.pipeline import lag
+
+    out = tmp_path / "out"
+    shutil.copytree(runs[0], out, ignore=shutil.ignore_patterns("_checkpoints", "snapshots"))
+    (date_dir,) = (out / layout.PARTITIONS_TABLE).glob("date=*")
+    day = dt.date.fromisoformat(date_dir.name.split("=")[1])
+    tables = sorted(lag.COMPACT_ORDER)
+    before = {t: sorted(map(repr, rows(spark, out, t))) for t in tables}
+    assert lag.compact_closed_dates(spark, out, day) == []  # the current day is left alone
+    # Two samples: two files a bucket where a group has rows in both (the member left before the second).
+    scattered = [t for t in tables if lag._scattered(out / t / date_dir.name)]
+    assert layout.PARTITIONS_TABLE in scattered and group_samples.TABLE in scattered
+
+    done = lag.compact_closed_dates(spark, out, day + dt.timedelta(days=1))
+    assert sorted(table for table, _ in done) == scattered and {d for _, d in done} == {day.isoformat()}
+    for table in tables:
+        assert sorted(map(repr, rows(spark, out, table))) == before[table]
+        order = lag.COMPACT_ORDER[table][0]
+        for bucket in (out / table).glob("date=*/group_bucket=*"):
+            (only,) = bucket.glob("*.parquet")
+            keys = [tuple(r[c] for c in order) for r in pq.read_table(only, columns=list(order)).to_pylist()]
+            assert keys == sorted(keys)
+    assert not (out / "_staging" / lag.COMPACTING).exists()
+    assert lag.compact_closed_dates(spark, out, day + dt.timedelta(days=1)) == []
+
+    # A swap cut short after the old date was moved aside: the next run puts it back.
+    aside = out / "_staging" / lag.COMPACTING / "old" / layout.MEMBERS_TABLE / date_dir.name
+    aside.parent.mkdir(parents=True)
+    (out / layout.MEMBERS_TABLE / date_dir.name).rename(aside)
+    lag.recover_compaction(out)
+    assert sorted(map(repr, rows(spark, out, layout.MEMBERS_TABLE))) == before[layout.MEMBERS_TABLE]
+    assert not (out / "_staging" / lag.COMPACTING).exists()

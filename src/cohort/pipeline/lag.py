@@ -86,6 +86,76 @@ def write_snapshot(directory: Path, seq: int, sample_time: str, groups: dict) ->
     return Path(lag_snapshot.write_snapshot(str(directory), seq, sample_time, groups))
 
 
+# Each table's order within a compacted file: by group, then sample, then the table's own key.
+COMPACT_ORDER = {
+    layout.PARTITIONS_TABLE: (("group_id", "sample_seq", "topic", "partition"), None),
+    layout.MEMBERS_TABLE: (("group_id", "sample_seq", "member_id"), None),
+    group_samples.TABLE: (("group_id", "sample_seq"), codec.STORED_COMPRESSION),
+    STATUS_TABLE: (("group_id", "sample_seq", "topic", "partition"), None),
+    GROUP_STATUS_TABLE: (("group_id", "sample_seq"), None),
+    MEMBER_LAG_TABLE: (("group_id", "sample_seq", "member_id"), None),
+}
+COMPACTING = "compact"  # under STAGING: <table>/date=D being written, old/<table>/date=D being replaced
+
+
+def compact_closed_dates(spark, out: Path, today: dt.date) -> list[tuple[str, str]]:
+    """Rewrite every date before `today` whose buckets hold more than one file as one file per
+    bucket, sorted by group and sample; returns the (table, date) pairs rewritten.
+
+    A sample writes a file per table and bucket, so a day of 10 s samples leaves 8,640 files in
+    each bucket directory, and every reader pays per file. Days before the current sample's date
+    are closed (a replayed sample is always the latest one), so rewriting them races with nothing:
+    the job calls this between samples. A date is swapped by two renames, the old directory moved
+    aside under `_staging` first; `recover_compaction` finishes or undoes a swap a crash cut short.
+    """
+    recover_compaction(out)
+    done = []
+    for table, (order, compression) in COMPACT_ORDER.items():
+        for date_dir in sorted((out / table).glob("date=*")):
+            date = date_dir.name.split("=", 1)[1]
+            if date >= today.isoformat() or not _scattered(date_dir):
+                continue
+            _compact(spark, out, table, date, order, compression)
+            done.append((table, date))
+    shutil.rmtree(out / STAGING / COMPACTING, ignore_errors=True)
+    return done
+
+
+def _scattered(date_dir: Path) -> bool:
+    return any(len(list(bucket.glob("*.parquet"))) > 1 for bucket in date_dir.glob("group_bucket=*"))
+
+
+def _compact(spark, out: Path, table: str, date: str, order, compression) -> None:
+    from pyspark.sql import functions as F
+
+    live = out / table / f"date={date}"
+    staged = out / STAGING / COMPACTING / table
+    aside = out / STAGING / COMPACTING / "old" / table / f"date={date}"
+    shutil.rmtree(staged, ignore_errors=True)
+    # Read through the table so `date` is its partition column: a literal date would let Spark
+    # drop it from the sort and then re-sort by the partition columns alone, losing the order.
+    rows = spark.read.parquet(str(out / table)).where(F.col("date") == F.lit(date).cast("date"))
+    layout.write_partitioned(rows.repartition("group_bucket"), str(staged), order, compression)
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    live.rename(aside)
+    (staged / f"date={date}").rename(live)
+    shutil.rmtree(aside)
+    shutil.rmtree(staged, ignore_errors=True)
+
+
+def recover_compaction(out: Path) -> None:
+    """Put back a date whose swap a crash interrupted (moved aside, new one not yet in place), and
+    drop whatever else a compaction left under `_staging`."""
+    root = out / STAGING / COMPACTING
+    if not root.is_dir():
+        return
+    for aside in (root / "old").glob("*/date=*"):
+        live = out / aside.parent.name / aside.name
+        if not live.exists():
+            aside.rename(live)
+    shutil.rmtree(root)
+
+
 def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dict | None:
     """Write one sample (a `cohort-lag` frame with table=all) and its status; returns counts, None if empty."""
     from pyspark.sql import functions as F
@@ -153,7 +223,7 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
         status.unpersist()
         when = sample_time.astimezone(dt.timezone.utc)  # collect() gives naive local time, which this reads right
         write_snapshot(snapshots, seq, when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), snapshot)
-        return {"seq": seq, "groups": len(group_rows), "partitions": len(lags),
+        return {"seq": seq, "date": when.date(), "groups": len(group_rows), "partitions": len(lags),
                 "status": {g["group_id"]: g["status"] for g in group_rows}}
     finally:
         batch.unpersist()
@@ -169,10 +239,15 @@ def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float,
 
     busy = threading.Event()  # a sample is being written
 
+    compacted_before: list = [None]  # the date before which every day is compacted
+
     def each(batch, batch_id):
         busy.set()
         try:
             facts = process_sample(spark, batch, out, snapshots, window)
+            if facts and facts["date"] != compacted_before[0]:  # the job's first sample, or a new day
+                compact_closed_dates(spark, out, facts["date"])
+                compacted_before[0] = facts["date"]
         finally:
             busy.clear()
         if facts:

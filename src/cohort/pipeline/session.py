@@ -1,7 +1,8 @@
 """A quiet SparkSession whose scratch space lives inside the job's output directory.
 
 Everything Spark and the JVM would write elsewhere (shuffle and block-manager dirs, the
-warehouse, java.io.tmpdir, hsperfdata, Python temp files, matplotlib's font cache) goes under
+warehouse, java.io.tmpdir, hsperfdata, Python temp files, matplotlib's font cache, the unicode
+cache hypothesis writes when kio, the protocol codec, is imported) goes under
 OUT/_spark, which is removed when the job ends; a killed job leaves it inside OUT and nowhere else. Under spark-submit the JVM
 already exists, so only the SQL settings and matplotlib's cache dir apply; the cluster manager
 owns Spark's scratch space.
@@ -85,11 +86,14 @@ def spark_session(
     out = Path(out)
     scratch = out / SCRATCH
     submitted = under_spark_submit()
-    saved_env = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "TMPDIR", "MPLCONFIGDIR")}
+    saved_env = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "TMPDIR", "MPLCONFIGDIR", "HYPOTHESIS_STORAGE_DIRECTORY")}
     saved_tempdir = tempfile.tempdir
     builder = SparkSession.builder.appName(app_name)
     local = not submitted and (master or "local").startswith("local")
     os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")  # its font cache, built by the report
+    # kio (the wire sources' protocol codec) imports hypothesis, whose unicode cache would land in
+    # the working directory; the Python workers inherit this from the JVM.
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")
     if not submitted:
         (scratch / "jvm-tmp").mkdir(parents=True, exist_ok=True)
         (scratch / "local").mkdir(exist_ok=True)
