@@ -14,7 +14,9 @@ read by the Python workers a bucket at a time (`evaluate.table_tasks`, what `eva
 2. scoring, one assignor at a time (read, score, write Parquet).
 
 Each line gives the wall time and the machine's CPU time per group (user + nice + system from
-/proc/stat, so Linux only; the JVM and the Python workers together), and the end the medians.
+/proc/stat, so Linux only; the JVM and the Python workers together), split into the JVM's and the
+Python workers' (from /proc/<pid>/stat), and the end the medians. The machine's speed drifts
+between runs; the split says where a difference comes from.
 """
 
 from __future__ import annotations
@@ -33,6 +35,24 @@ def _cpu_seconds() -> float:
     with open("/proc/stat") as f:
         fields = f.readline().split()[1:4]
     return sum(map(int, fields)) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu() -> tuple[float, float]:
+    """CPU seconds so far of the JVM and of the Python processes other than this one (the workers,
+    with the CPU of their exited children), from /proc/<pid>/stat."""
+    tick, me, jvm, python = os.sysconf("SC_CLK_TCK"), os.getpid(), 0, 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "java":
+            jvm += int(fields[11]) + int(fields[12])
+        elif name.startswith("python") and int(pid) != me:
+            python += sum(map(int, fields[11:15]))
+    return jvm / tick, python / tick
 
 
 def _count_rows(batches):
@@ -78,6 +98,7 @@ def main(argv=None) -> int:
     parser.add_argument("--groups", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--assignors", default="uniform,range,lag")
+    parser.add_argument("--readers", default="stored,wide,workers", help="which of stored, wide, workers to run")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--work", default=None, help="scratch directory (default: a temp dir, removed)")
     args = parser.parse_args(argv)
@@ -95,15 +116,19 @@ def main(argv=None) -> int:
     try:
         with spark_session(work, master=args.master, app_name="cohort-bench-formats") as spark:
             fleet, wide = work / "stored", work / "wide"
+            readers = [r for r in args.readers.split(",") if r]
             write_fleet(spark, fleet, args.groups, FleetParams(samples=1, partitions=20))
-            write_wide_copy(spark, fleet, wide)
+            if "wide" in readers:
+                write_wide_copy(spark, fleet, wide)
             loaded = {}
             for label, path in (("stored", fleet), ("wide", wide)):
-                p, m = evaluate.load_samples(spark, str(path))
-                loaded[label] = evaluate.load_group_samples(spark, str(path), p, m)
+                if label in readers:
+                    p, m = evaluate.load_samples(spark, str(path))
+                    loaded[label] = evaluate.load_group_samples(spark, str(path), p, m)
             tasks = evaluate.table_tasks(spark, str(fleet))
             assert tasks, "the stored table is local and in the layout"
-            loaded["workers"] = (tasks, None)
+            if "workers" in readers:
+                loaded["workers"] = (tasks, None)
             task_frame = evaluate.task_frame(spark, tasks)
 
             def read(label, rows, grouped):
@@ -124,19 +149,23 @@ def main(argv=None) -> int:
                 for rnd in range(1, args.rounds + 1):
                     for step in ["read"] + names:
                         for label, (rows, grouped) in loaded.items():
-                            cpu, start = _cpu_seconds(), time.perf_counter()
+                            cpu, split, start = _cpu_seconds(), _process_cpu(), time.perf_counter()
                             if step == "read":
                                 total = read(label, rows, grouped)
                                 assert total == args.groups, total
                             else:
                                 scores(label, rows, grouped, [step]).write.mode("overwrite").parquet(str(work / "scores"))
                             wall, used = time.perf_counter() - start, _cpu_seconds() - cpu
+                            jvm, python = (b - a for a, b in zip(split, _process_cpu()))
                             results.setdefault(f"{step} {label}", []).append(used / args.groups * 1e6)
+                            results.setdefault(f"{step} {label} JVM", []).append(jvm / args.groups * 1e6)
+                            results.setdefault(f"{step} {label} Python", []).append(python / args.groups * 1e6)
                             print(f"round {rnd} {step:8} {label:7}: {wall:6.2f} s, {args.groups / wall:9,.0f} groups/s, "
-                                  f"{used / args.groups * 1e6:5.1f} us of CPU per group", flush=True)
+                                  f"{used / args.groups * 1e6:5.1f} us of CPU per group (JVM {jvm / args.groups * 1e6:4.1f}, "
+                                  f"Python workers {python / args.groups * 1e6:4.1f})", flush=True)
         print("median us of CPU per group over the rounds:")
         for key, values in results.items():
-            print(f"  {key:16} {statistics.median(values):5.1f}  ({', '.join(f'{v:.1f}' for v in values)})")
+            print(f"  {key:23} {statistics.median(values):5.1f}  ({', '.join(f'{v:.1f}' for v in values)})")
     finally:
         if own_work:
             shutil.rmtree(work, ignore_errors=True)

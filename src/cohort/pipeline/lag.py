@@ -12,7 +12,8 @@ Every micro-batch is one sample of the cluster (`cohort.pipeline.sources`). `for
 all partitioned by date and group bucket. A micro-batch that Spark replays after a crash writes
 the same sample number again: its files are first written under OUT/_staging/<seq>/, then the
 sample's earlier files (`part-s<seq>-*`) are removed and the new ones renamed into place, so a
-sample is never in a table twice.
+sample is never in a table twice. At the job's first sample and at the first of each new day,
+earlier days are compacted to one file per table and bucket (`compact_closed_dates`).
 """
 
 from __future__ import annotations

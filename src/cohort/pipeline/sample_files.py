@@ -58,8 +58,9 @@ def local_path(location: str) -> str | None:
 
 
 def plan(location: str, tasks: int) -> list[list[Unit]] | None:
-    """Up to `tasks` tasks (at least one per bucket part) over the table's files, largest first;
-    None when the table is not on the local filesystem or its files are not under bucket directories."""
+    """Tasks over the table's files, largest first: one per bucket part, packed into `tasks` when
+    there are more parts; None when the table is not on the local filesystem or its files are not
+    under bucket directories."""
     path = local_path(location)
     if path is None or not os.path.isdir(path):
         return None
@@ -96,7 +97,7 @@ def _units(files: list[str]) -> list[tuple[int, Unit]]:
             stats = rg.column(column).statistics if column >= 0 else None
             if stats is None or not stats.has_min_max:
                 return [(size, Unit(tuple(files)))]  # no bounds to cut on: the bucket in one part
-            starts.append((stats.min, rg.total_byte_size))
+            starts.append((stats.min, sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))))
     starts.sort()
     bounds, taken = [], 0
     for low, weight in starts:
