@@ -174,3 +174,22 @@ def test_even_splits_reads_in_many_tasks_and_restores_the_session(spark, fleet):
         assert spark.conf.get(key) == "3"
     finally:
         spark.conf.unset(key)
+
+
+@pytest.mark.parametrize("layout_dirs", [True, False])
+def test_a_group_sample_table_of_other_rows_is_refused_with_its_missing_columns(spark, fleet, tmp_path, layout_dirs):
+    """Read by the workers (bucket directories) or by Spark (not in the layout), the same one-line error."""
+    import shutil
+
+    import pyarrow as pa
+
+    from cohort.pipeline import evaluate, layout
+
+    samples = tmp_path / "samples"
+    for table in (layout.PARTITIONS_TABLE, layout.MEMBERS_TABLE):
+        shutil.copytree(fleet.dir / table, samples / table)
+    where = samples / "group_samples" / ("date=2026-07-01/group_bucket=3" if layout_dirs else "")
+    where.mkdir(parents=True)
+    pq.write_table(pa.table({"group_id": ["g"], "sample_seq": [1]}), where / "part-0.parquet")
+    with pytest.raises(evaluate.SamplesError, match="not a group_samples table, missing columns body, names, sample_time"):
+        evaluate.run(spark, str(samples), tmp_path / "out", ASSIGNORS)

@@ -21,7 +21,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from cohort.pipeline import codec, group_samples, layout, sample_files
+from cohort.pipeline import group_samples, layout, sample_files
 from cohort.pipeline.scoring import SCORE_SCHEMA
 
 DEFAULT_ASSIGNORS = ("uniform", "range", "lag")
@@ -93,10 +93,10 @@ def load_group_samples(spark, samples: str, partitions, members, num_partitions:
         n = num_partitions or _default_partitions(spark, partitions, members)
         return group_samples.spark_frame(partitions, members, n), True
     # Stored rows, or the wide rows that tables written before the stored format hold.
-    schema = next((s for s in (codec.STORED_SCHEMA, codec.SCHEMA) if set(s.names) <= set(df.columns)), None)
-    if schema is None:
-        missing = sorted(set(codec.STORED_SCHEMA.names) - set(df.columns))
-        raise SamplesError(f"{path}: not a {group_samples.TABLE} table, missing columns {', '.join(missing)}")
+    try:
+        schema = sample_files.table_format(df.columns, path)
+    except sample_files.SampleFilesError as e:
+        raise SamplesError(str(e)) from None
     rows = df.select(*schema.names)
     return rows, rows.select("sample_seq").distinct().limit(2).count() <= 1
 

@@ -68,7 +68,7 @@ def plan(location: str, tasks: int) -> list[list[Unit]] | None:
         dataset = ds.dataset(path, format="parquet", partitioning="hive")
     except (pa.ArrowInvalid, OSError):
         return None
-    _format(dataset.schema.names, path)
+    table_format(dataset.schema.names, path)
     buckets: dict[int, list[str]] = {}
     for fragment in dataset.get_fragments():
         bucket = ds.get_partition_keys(fragment.partition_expression).get("group_bucket")
@@ -139,7 +139,7 @@ def read_task(task: list[Unit]) -> Iterator[pa.RecordBatch]:
             yield from table.to_batches(max_chunksize=BATCH_ROWS)
 
 
-def _format(names: list[str], where: str) -> pa.Schema:
+def table_format(names: list[str], where: str) -> pa.Schema:
     """The group-sample schema (stored, or the older wide one) whose columns `names` include."""
     schema = next((s for s in (codec.STORED_SCHEMA, codec.SCHEMA) if set(s.names) <= set(names)), None)
     if schema is None:
@@ -151,7 +151,7 @@ def _format(names: list[str], where: str) -> pa.Schema:
 def _read_unit(unit: Unit) -> pa.Table:
     tables = []
     for f in unit.files:
-        schema = _format(pq.read_schema(f).names, f)
+        schema = table_format(pq.read_schema(f).names, f)
         expression = None
         if unit.low is not None:
             expression = pc.field("group_id") >= unit.low
