@@ -163,10 +163,6 @@ def _out_dir(text: str) -> Path:
     return out
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
 def _simulate(args) -> int:
     out = _out_dir(args.out)
     from cohort.pipeline.fleet import FleetParams
@@ -198,15 +194,18 @@ def _evaluate(args) -> int:
             assignors.get(name)
         except assignors.UnknownAssignorError as e:
             raise UsageError(f"--assignors: {e}") from None
-    if _is_local(args.samples):
-        samples = Path(args.samples.removeprefix("file://"))
+    from cohort.pipeline.sample_files import local_path
+
+    local = local_path(args.samples)
+    if local is not None:
+        samples = Path(local)
         if not samples.is_dir():
             raise UsageError(f"--samples {args.samples}: no such directory")
         missing = [t for t in ("partitions", "members") if not (samples / t).is_dir()]
         if missing:
             raise UsageError(f"--samples {args.samples}: not a lag-sample directory (no {' or '.join(missing)}/ table)")
     out = _out_dir(args.out)
-    if _is_local(args.samples) and out.resolve() == Path(args.samples.removeprefix("file://")).resolve():
+    if local is not None and out.resolve() == Path(local).resolve():
         raise UsageError("--out must differ from --samples")
     from cohort.pipeline.evaluate import SamplesError, run
     from cohort.pipeline.session import spark_session
