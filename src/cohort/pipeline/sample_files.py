@@ -149,20 +149,41 @@ def table_format(names: list[str], where: str) -> pa.Schema:
 
 
 def _read_unit(unit: Unit) -> pa.Table:
-    tables = []
-    for f in unit.files:
-        schema = table_format(pq.read_schema(f).names, f)
+    """The unit's rows in (group, sample) order; each file's footer is read once."""
+    bounded = unit.low is not None or unit.high is not None
+    if bounded:
         expression = None
         if unit.low is not None:
             expression = pc.field("group_id") >= unit.low
         if unit.high is not None:
             upper = pc.field("group_id") < unit.high
             expression = upper if expression is None else expression & upper
-        tables.append(pq.read_table(f, columns=schema.names, filters=expression, partitioning=None))
-    if len({t.schema for t in tables}) > 1:
+    tables = []
+    for f in unit.files:
+        parquet = pq.ParquetFile(f)
+        schema = table_format(parquet.schema_arrow.names, f)
+        if bounded:
+            groups = _row_groups_within(parquet.metadata, unit.low, unit.high)
+            tables.append(parquet.read_row_groups(groups, columns=schema.names).filter(expression))
+        else:
+            tables.append(parquet.read(columns=schema.names))
+    if len({tuple(t.schema.names) for t in tables}) > 1:
         raise SampleFilesError(f"{os.path.dirname(unit.files[0])}: stored and wide group-sample files in one bucket")
     table = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
     return table if _in_order(table) else table.sort_by(ORDER)
+
+
+def _row_groups_within(meta, low: str | None, high: str | None) -> list[int]:
+    """Row groups whose group ids may fall in [low, high): all but those their statistics rule out."""
+    column = meta.schema.names.index("group_id")
+    kept = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(column).statistics
+        if stats is not None and stats.has_min_max and (
+                (high is not None and stats.min >= high) or (low is not None and stats.max < low)):
+            continue
+        kept.append(i)
+    return kept
 
 
 def _in_order(table: pa.Table) -> bool:
