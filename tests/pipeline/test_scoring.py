@@ -14,7 +14,7 @@ from cohort.assignors.api import SubscriptionType
 from cohort.pipeline import layout
 from cohort.pipeline.fleet import FleetParams, generate
 from cohort.pipeline.group_samples import convert_flat_batches, flat_rows, from_flat
-from cohort.pipeline.scoring import SCORE_SCHEMA, score_batches
+from cohort.pipeline.scoring import SCORE_SCHEMA, _ascending_within, _Batch, score_batches
 
 T0 = dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc)
 
@@ -325,3 +325,106 @@ def test_cycle_collector_is_off_while_a_batch_is_scored_and_restored_after(monke
         (gc.enable if was else gc.disable)()
     assert seen and not any(seen)
     assert sum(b.num_rows for b in out) == 6
+
+
+class OneGroupAtATime:
+    """A built-in assignor with only `assign`: every group sample is assigned on its own. It
+    records the current assignments it is given, in order, down to their types and key order."""
+
+    def __init__(self, name):
+        self.name = name
+        self.assignor = assignors.get(name)
+        self.currents = []
+
+    def assign(self, spec, topics):
+        if any(s.assignment for s in spec.members.values()):
+            self.currents.append([(m, type(s.assignment), [(t, type(p), p) for t, p in s.assignment.items()])
+                                  for m, s in spec.members.items()])
+        return self.assignor.assign(spec, topics)
+
+
+class CountingFreshGroups(OneGroupAtATime):
+    """The built-in assignor, `fresh_owners` included, counting the groups that one takes."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.fresh_groups = 0
+
+    def fresh_owners(self, groups):
+        owner, done = self.assignor.fresh_owners(groups)
+        self.fresh_groups += int(done.sum())
+        return owner, done
+
+
+def test_scores_are_the_same_when_fresh_groups_are_assigned_together():
+    # A churning fleet (each group's first sample is fresh, later ones start from the fresh
+    # result) plus groups the batch must leave to `assign`: a partition missing (which `assign`
+    # counts in the topic's partitions), a topic nobody subscribes to, keys that would overflow
+    # int64 (`lag`), members with different subscriptions.
+    p, m = generate(np.arange(300), FleetParams(samples=3, seed=5))
+    huge = 1 << 61  # keys overflow, a member's total lag does not
+    hand_p, hand_m = samples(
+        [("gap", s, "a", i, 5, None, ()) for s in (0, 1) for i in (0, 2)] + [("gap", s, "b", 0, 7, None, ()) for s in (0, 1)]
+        + [("unsubscribed", 0, t, i, i + 1, None, ()) for t in ("a", "b") for i in range(3)]
+        + [("overflow", 0, "t", i, huge, None, ()) for i in range(4)]
+        + [("mixed", s, t, i, 5 * i + s, None, ()) for s in (0, 1) for t in ("a", "b") for i in range(4)],
+        [("gap", s, x, ["a", "b"], None) for s in (0, 1) for x in "xy"]
+        + [("unsubscribed", 0, x, ["a"], None) for x in "xy"]
+        + [("overflow", 0, x, ["t"], None) for x in "xy"]
+        + [("mixed", s, "x", ["a", "b"], None) for s in (0, 1)] + [("mixed", s, "y", ["a"], None) for s in (0, 1)],
+    )
+    p, m = pa.concat_tables([p, hand_p]), pa.concat_tables([m, hand_m])
+    batched = [CountingFreshGroups("lag"), CountingFreshGroups("range")]
+    one_at_a_time = [OneGroupAtATime("lag"), OneGroupAtATime("range")]
+    got = run(p, m, [*batched, "uniform"], chunk=97)
+    want = run(p, m, [*one_at_a_time, "uniform"], chunk=97)
+    assert got == want
+    lag, range_ = batched
+    assert len(lag.currents) > 250 and lag.currents == one_at_a_time[0].currents
+    # lag: the fleet's first samples but those with static members or mixed subscriptions, and
+    # "overflow" left to assign; range: those without racks.
+    assert 250 < lag.fresh_groups <= 300 and 100 < range_.fresh_groups < lag.fresh_groups
+    assert by(got, "overflow", 0, "lag")["unassigned"] == 0
+
+
+def test_rows_the_batched_fresh_assignment_takes():
+    rows_p = (
+        [(g, 0, t, i, i + 1, None, ()) for g in ("plain", "static", "reordered") for t in ("a", "b") for i in range(3)]
+        + [("plain", 1, "a", i, 1, None, ()) for i in range(3)]
+        + [("gap", 0, "a", i, 1, None, ()) for i in (0, 2)]
+        + [("unsubscribed", 0, t, 0, 1, None, ()) for t in ("a", "b")]
+        + [("split", 0, "a", 0, 1, None, ())]
+    )
+    rows_m = (
+        [(g, 0, x, ["a", "b"], None) for g in ("plain", "static", "reordered") for x in "xy"]
+        + [("plain", 1, x, ["a"], None) for x in "xy"]
+        + [("gap", 0, x, ["a"], None) for x in "xy"]
+        + [("unsubscribed", 0, x, ["a"], None) for x in "xy"]
+        + [("split", 0, "x", ["a"], None), ("split", 0, "y", ["a", "b"], None)]
+    )
+    p, m = samples(rows_p, rows_m)
+    m = m.set_column(m.schema.get_field_index("instance_id"), "instance_id",
+                     pa.array(["i-1" if g == "static" else None for g in m["group_id"].to_pylist()]))
+    table = from_flat(p, m)
+    keys = list(zip(table["group_id"].to_pylist(), table["sample_seq"].to_pylist()))
+
+    def fresh(table):
+        return {key for key, ok in zip(keys, _Batch(table.combine_chunks().to_batches()[0]).fresh_everyone()) if ok}
+
+    # Only first samples whose members share one subscription covering every topic with partitions,
+    # no static ids, every topic's partitions 0..n-1.
+    assert fresh(table) == {("plain", 0), ("reordered", 0)}
+    # A row breaking the format's order (members or topics not ascending) is left to `assign`.
+    r = keys.index(("reordered", 0))
+    for column in ("members", "topics"):
+        values = table[column].to_pylist()
+        values[r] = values[r][::-1]
+        changed = table.set_column(table.schema.get_field_index(column), column, pa.array(values, table.schema.field(column).type))
+        assert fresh(changed) == {("plain", 0)}
+
+
+def test_ascending_within_rows():
+    # Rows [a, b], [], [c, a], [c, c], [b]: pairs across rows (b-c, c-b) do not count.
+    values = pa.array(["a", "b", "c", "a", "c", "c", "b"])
+    offsets = np.array([0, 2, 2, 4, 6, 7])
+    assert _ascending_within(values, offsets).tolist() == [True, True, False, False, True]

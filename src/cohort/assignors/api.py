@@ -18,6 +18,10 @@ Conventions every assignor follows:
   sequence indexed by partition, empty when no rack is known). Rack-aware assignors use it when
   present instead of one `racks_for_partition` call per partition; it is an optional fast path,
   so it is not part of the `SubscribedTopicDescriber` protocol.
+* An assignor may also offer `fresh_owners(groups: FreshGroups) -> (owners, done)`: for many
+  groups at once, in columns, the owners `assign` would give the groups it takes (`done`), -1
+  for the others. It is an optional fast path for the Spark pipeline, which assigns millions of
+  small groups (`lag` and `range` offer it); the broker assigns one group at a time.
 """
 
 from __future__ import annotations
@@ -138,6 +142,24 @@ class TopicDescriber:
     def partition_racks(self, topic_id: TopicId) -> Sequence[frozenset[str]]:
         meta = self._topics.get(topic_id)
         return () if meta is None else meta.racks
+
+
+@dataclass(frozen=True, slots=True)
+class FreshGroups:
+    """Many groups in columns (numpy arrays) whose members hold no partitions, have no static ids
+    and all subscribe to every one of the group's topics.
+
+    `member_counts`: per group, its members, numbered 0.. in member-id order. `topic_group`: per
+    topic, its group; ascending, a group's topics in sorted order, each with at least one
+    partition. `partition_counts`: per topic. `lags`: per partition (>= 0), topics concatenated,
+    partitions 0..n-1. `racked`: per group, whether any member has a rack.
+    """
+
+    member_counts: Sequence[int]
+    topic_group: Sequence[int]
+    partition_counts: Sequence[int]
+    lags: Sequence[int]
+    racked: Sequence[bool]
 
 
 @runtime_checkable

@@ -60,10 +60,11 @@ import numpy as np
 
 from cohort.assignors._lag_fewest import fewest
 from cohort.assignors._lag_greedy import greedy
+from cohort.assignors._lag_many import fresh_owners
 from cohort.assignors._lag_model import Model, assigned_lag
 from cohort.assignors._lag_small import assign_small
 from cohort.assignors._lag_sticky import balance_counts, improve, moves
-from cohort.assignors.api import GroupAssignment, GroupSpec, SubscribedTopicDescriber
+from cohort.assignors.api import FreshGroups, GroupAssignment, GroupSpec, SubscribedTopicDescriber
 
 MAX_STEPS = 512  # bound on improving moves/swaps per assignment (each costs O(members) at most)
 SEARCH_BUDGET = 3000  # moves the exact search may evaluate (10-20 us each): tens of ms at worst
@@ -90,6 +91,11 @@ class LagAssignor:
         # overhead is most of the work there); it returns exactly what the arrays would, or None.
         result = assign_small(spec, topics, self._factor)
         return self.assign_arrays(spec, topics) if result is None else result
+
+    def fresh_owners(self, groups: FreshGroups) -> tuple[np.ndarray, np.ndarray]:
+        """`assign`'s owners for many fresh groups at once (`_lag_many`): the greedy's rounds, run
+        together; groups whose packed keys could overflow int64 are left to `assign`."""
+        return fresh_owners(groups.member_counts, groups.topic_group, groups.partition_counts, groups.lags)
 
     def assign_arrays(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
         """The assignment computed on numpy arrays, for every group size and case."""

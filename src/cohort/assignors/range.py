@@ -36,6 +36,7 @@ from cohort.assignors._range_racks import (
     rack_runs_small,
 )
 from cohort.assignors.api import (
+    FreshGroups,
     GroupAssignment,
     GroupSpec,
     MemberSubscription,
@@ -128,6 +129,13 @@ class RangeAssignor:
                 continue
             _assign_ranges(result, [order[p] for p in subs], group, n)
         return result
+
+    def fresh_owners(self, groups: FreshGroups):
+        """`assign`'s owners for many fresh groups at once: plain ranges for the groups without
+        racks; those with racks are left to `assign` (KIP-881's rules may apply)."""
+        from cohort.assignors._range_many import plain_range_owners  # numpy only when asked
+
+        return plain_range_owners(groups.member_counts, groups.topic_group, groups.partition_counts, groups.racked)
 
     @staticmethod
     def _assign_with_racks(result, order, subs, rack_of, group, n, topics) -> bool:

@@ -9,6 +9,11 @@ Per (group, sample) the Python work is only what the assignor interface needs (a
 a describer answering from the batch's columns) plus one walk over the returned assignment.
 Every score is computed for the whole batch at once with numpy.
 
+An assignor that offers `fresh_owners` (`lag`, `range`) gets the batch's fresh group samples
+(first samples whose members share one subscription, `_Batch.fresh_everyone`) all at once, in
+columns, and answers with arrays: the same owners as its `assign`, without a spec, a describer
+or a result dict per group (one is built only for a group whose next sample needs it).
+
 Each assignor gets its own previous result as the current assignment, so stickiness is measured
 on its own history. A group's first sample is assigned fresh, and its moves are counted against
 the owners observed in the sample (the cost of switching to this assignor); an observed owner
@@ -28,6 +33,7 @@ import pyarrow.compute as pc
 
 from cohort.assignors.api import (
     EMPTY,
+    FreshGroups,
     GroupSpec,
     MemberSubscription,
     PartitionAssignorError,
@@ -88,6 +94,22 @@ class _Pairs:
         """The values of one item, in pair order."""
         a, b = np.searchsorted(self.item, [item, item + 1])
         return [v for v in self.value[a:b].tolist() if v >= 0]
+
+
+def _ascending_within(values: pa.Array, offsets: np.ndarray) -> np.ndarray:
+    """Per row, whether its values (offsets[row]..offsets[row + 1]) are strictly ascending."""
+    rows = len(offsets) - 1
+    if len(values) < 2:
+        return np.ones(rows, bool)
+    n = len(values)
+    less = _np(pc.less(values.slice(0, n - 1), values.slice(1)), null=False)
+    # Pair i compares values i and i + 1; it counts for the row only when both are in it.
+    inside = np.ones(n - 1, bool)
+    inside[offsets[1:-1][(offsets[1:-1] > 0) & (offsets[1:-1] < n)] - 1] = False
+    bad = np.flatnonzero(inside & ~less)
+    ascending = np.ones(rows, bool)
+    ascending[np.searchsorted(offsets, bad, side="right") - 1] = False
+    return ascending
 
 
 def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -178,6 +200,7 @@ class _Batch:
         self.first_of_group = first
 
         self.m_off, member_ids = list_offsets(col(5))
+        self._member_id_array = member_ids
         self.member_ids = member_ids.to_pylist()
         # Member ids as codes, to compare owners across a group's samples; when every row is a
         # group's first sample, owners are only compared within a row, where slots do.
@@ -191,6 +214,7 @@ class _Batch:
         self.member_rack = unpack(col(7), np.int32)[1].astype(np.int64)
 
         self.t_off, topic_names = list_offsets(col(3))
+        self._topic_name_array = topic_names
         self.topic_names = topic_names.to_pylist()
         self.r_off, rack_names = list_offsets(col(4))
         self.rack_names = rack_names.to_pylist()
@@ -229,6 +253,7 @@ class _Batch:
         racked = (_segment_sums(has_replicas, np.append(run_starts, len(self.p_row))) > 0).tolist() if len(run_starts) else []
         run_rows = self.p_row[run_starts] if len(run_starts) else run_starts
         self.run_topic = list(map(self.topic_names.__getitem__, (self.t_off[run_rows] + self.p_topic[run_starts]).tolist()))
+        self._runs = (run_starts, run_ends, run_rows, contiguous_runs)
         self.run_start = run_starts.tolist()
         self.run_end = run_ends.tolist()
         self.run_contiguous, self.run_racked = contiguous, racked
@@ -242,6 +267,31 @@ class _Batch:
         self._rack_sets: dict[tuple, list] = {}
 
         self.prev_partition = self._previous_partitions(topic_names)
+
+    def fresh_everyone(self) -> np.ndarray:
+        """Rows that are a group's first sample, with one subscription covering every topic that has
+        partitions (no static ids), members in id order and topics in name order, each topic's
+        partitions 0..n-1 in order: the groups an assignor's `fresh_owners` can take, laid out as
+        it wants them."""
+        n = len(self.first_of_group)
+        ok = self.first_of_group & (self.n_members > 0) & np.array(self.alike, bool)
+        ok &= _ascending_within(self._member_id_array, self.m_off)
+        ok &= _ascending_within(self._topic_name_array, self.t_off)
+        run_starts, run_ends, run_rows, contiguous = self._runs
+        ok &= np.bincount(run_rows, minlength=n) > 0
+        if not ok.any():
+            return ok
+        # Every run contiguous, subscribed (the row's one mask: its first member's), topics
+        # ascending within the row.
+        masks = self.subscribed.masks
+        row_mask = masks[np.minimum(self.m_off[:-1], len(masks) - 1)]
+        topic = self.p_topic[run_starts]
+        good = contiguous & ((row_mask[run_rows] >> np.minimum(topic, MASK_BITS)) & 1).astype(bool)
+        if len(topic) > 1:
+            same_row = run_rows[1:] == run_rows[:-1]
+            good[1:] &= ~same_row | (topic[1:] > topic[:-1])
+        ok &= np.bincount(run_rows, weights=~good, minlength=n) == 0
+        return ok
 
     @cached_property
     def _lag_list(self) -> list[int]:  # only for assignors that read lags
@@ -348,9 +398,19 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
     alike = b.alike
     subscription_tables: dict = {}  # topic names -> mask -> subscription, shared across rows
     shared: dict = {}
+    fresh_owner, fresh_done = _fresh_owners(b, assignors)
+    continues = np.append(~b.first_of_group[1:], False)
+    # Rows every assignor has assigned with the whole batch, whose result no later sample needs.
+    finished = ~continues
+    for done in fresh_done:
+        finished &= False if done is None else done
+    finished, continues = finished.tolist(), continues.tolist()
+    fresh_done = [None if done is None else done.tolist() for done in fresh_done]
     for row, first in enumerate(b.first_of_group.tolist()):
         if first:
             previous = [None] * n_assignors
+        if finished[row]:
+            continue
         m0, m1 = m_off[row], m_off[row + 1]
         if m0 == m1:
             continue
@@ -382,6 +442,11 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
                 racks = list(map(names.__getitem__, at))
             for a, assignor in enumerate(assignors):
                 current = previous[a]
+                if current is None and fresh_done[a] is not None and fresh_done[a][row]:
+                    # Assigned with the whole batch; the next sample needs the result as a dict.
+                    if continues[row]:
+                        previous[a] = _fresh_result(b, row, ids, fresh_owner[a])
+                    continue
                 if current is None:
                     members = alike_fresh
                 elif racks is None:
@@ -434,7 +499,56 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
                 _record(result, owners[a], slot_of, positions, base_of)
             previous[a] = result
     owner = np.array(owners, np.int64).reshape(n_assignors, len(b.p_row))
+    for a, computed in enumerate(fresh_owner):
+        if computed is not None:
+            owner[a] = np.where(computed >= 0, computed, owner[a])
     return _assemble(b, batch, assignors, owner, errors)
+
+
+def _fresh_owners(b: _Batch, assignors: Sequence) -> tuple[list, list]:
+    """Per assignor that offers `fresh_owners` (`lag`, `range`): its owner slot of every partition
+    of the batch's fresh rows it took (-1 elsewhere), and which rows it took; None for the others.
+
+    The rows are `_Batch.fresh_everyone`'s: their members are in id order, so an owner's member
+    index is its slot in the row.
+    """
+    owners: list = [None] * len(assignors)
+    done: list = [None] * len(assignors)
+    kernels = [getattr(assignor, "fresh_owners", None) for assignor in assignors]
+    if not any(kernels):
+        return owners, done
+    fresh = b.fresh_everyone()
+    rows = np.flatnonzero(fresh)
+    if len(rows) == 0:
+        return owners, done
+    run_starts, run_ends, run_rows, _ = b._runs
+    runs = fresh[run_rows]
+    renumber = np.cumsum(fresh) - 1
+    at = np.flatnonzero(fresh[b.p_row])
+    racked = _segment_sums((b.member_rack >= 0).astype(np.int64), b.m_off)[rows] > 0
+    groups = FreshGroups(b.n_members[rows], renumber[run_rows[runs]], (run_ends - run_starts)[runs], b.lag[at], racked)
+    for a, kernel in enumerate(kernels):
+        if kernel is not None:
+            owner, took = kernel(groups)
+            owners[a] = np.full(len(b.p_row), -1, np.int64)
+            owners[a][at] = owner
+            done[a] = np.zeros(len(fresh), bool)
+            done[a][rows[np.asarray(took, bool)]] = True
+    return owners, done
+
+
+def _fresh_result(b: _Batch, row: int, ids: list, owner: np.ndarray) -> dict:
+    """The assignment dict of a row taken by `fresh_owners`, as `assign` returns it."""
+    per_member: list[dict] = [{} for _ in ids]
+    for r in range(b.row_first_run[row], b.row_first_run[row + 1]):
+        parts: list[list[int]] = [[] for _ in ids]
+        for p, slot in enumerate(owner[b.run_start[r] : b.run_end[r]].tolist()):
+            parts[slot].append(p)
+        topic = b.run_topic[r]
+        for target, mine in zip(per_member, parts):
+            if mine:
+                target[topic] = tuple(mine)
+    return dict(zip(ids, per_member))
 
 
 def _shared_spec(shared: dict, subscription: frozenset, rack) -> MemberSubscription:
