@@ -21,6 +21,7 @@ import numpy as np
 
 from cohort.assignors._lag_greedy import greedy
 from cohort.assignors._lag_model import Model, assigned_lag
+from cohort.assignors._lag_sticky import balance_counts
 from cohort.assignors._lag_small import SMALL_MEMBERS, SMALL_PARTITIONS, _greedy, _peak, assign_small
 from cohort.assignors.api import (
     GroupSpec,
@@ -30,7 +31,7 @@ from cohort.assignors.api import (
     TopicDescriber,
     TopicMetadata,
 )
-from cohort.assignors.lag import LagAssignor
+from cohort.assignors.lag import LagAssignor, _lower_bound
 
 INT64_MAX = (1 << 63) - 1
 TOLERANCES = [0.1, 0, 0.5, Fraction(1, 3), 2]
@@ -271,6 +272,47 @@ def test_small_path_keeps_the_previous_result_when_lags_are_unchanged(rng):
         assert all(small[m] is first[m] for m in first)
 
 
+def repaired_counts_suffice(assignor: LagAssignor, spec: GroupSpec, topics: TopicDescriber) -> bool:
+    """Whether the numpy path's answer is its count repair alone (`LagAssignor._sticky`'s first two
+    exits), with all lags adding up to less than 2**53 (no member's load reaches that), where the
+    small path must answer."""
+    model = Model(spec, topics)
+    current, _ = model.current_owners(spec)
+    if not model.total or not (current >= 0).any():
+        return False
+    m_count = len(model.member_ids)
+    own = current.copy()
+    if int(model.lag.sum()) >= 1 << 53:
+        return False
+    load = assigned_lag(own, model.lag, m_count)
+    balance_counts(model, own, load)
+    heaviest = int(load.max())
+    bar = int(assigned_lag(greedy(model), model.lag, m_count).max())
+    return assignor._within(heaviest, _lower_bound(model)) or assignor._within(heaviest, bar)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False))
+def test_small_path_repairs_counts_after_members_join_and_leave(rng):
+    assignor, names, meta, spec, topics = random_group(rng)
+    previous, error = outcome(numpy_path, assignor, spec, topics)
+    if error is not None:
+        return
+    members = dict(with_assignments(spec, previous).members)
+    for member in rng.sample(sorted(members), rng.randint(0, len(members) - 1)):
+        del members[member]  # left: its partitions have no owner
+    subscriptions = sorted({s.subscribed_topic_ids for s in members.values()}, key=sorted)
+    for i in range(rng.randint(0, 3)):
+        members[f"joined-{i}"] = MemberSubscription(rng.choice(subscriptions))  # holds nothing yet
+    changed = GroupSpec.of(members)
+    reference = numpy_path(assignor, changed, topics)
+    small = small_path(assignor, changed, topics)
+    if repaired_counts_suffice(assignor, changed, topics):
+        assert small is not None
+    if small is not None:
+        assert_same(small, reference, changed)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_greedy_peak_and_owners_match_the_numpy_greedy(rng):
@@ -334,12 +376,22 @@ def test_unclean_members_get_new_dicts_and_clean_ones_keep_theirs():
     assert result["A"] is current["A"] and result["B"] is not current["B"]
 
 
-def test_work_to_do_is_left_to_the_numpy_path():
+def test_counts_are_repaired_as_on_the_numpy_path():
     topics = TopicDescriber({"t": TopicMetadata(6, lags=(5,) * 6)})
-    joined = group(("A", ["t"]), ("B", ["t"]), ("C", ["t"]), current={"A": {"t": (0, 1, 2)}, "B": {"t": (3, 4, 5)}})
-    assert check(LagAssignor(), joined, topics) is None  # counts to repair
-    uncovered = group(("A", ["t"]), ("B", ["t"]), current={"A": {"t": (0, 1, 2)}, "B": {"t": (3, 4)}})
-    assert check(LagAssignor(), uncovered, topics) is None  # partition 5 has no owner
+    # C joins: A and B each shed the partition whose lag is nearest their excess over the mean
+    # (all equal: the lowest id), and C takes them.
+    current = {"A": {"t": (0, 1, 2)}, "B": {"t": (3, 4, 5)}}
+    joined = group(("A", ["t"]), ("B", ["t"]), ("C", ["t"]), current=current)
+    assert check(LagAssignor(), joined, topics) == {"A": {"t": (1, 2)}, "B": {"t": (4, 5)}, "C": {"t": (0, 3)}}
+    # Partition 5 has no owner: it goes to the lighter member, and A keeps its own dict.
+    current = {"A": {"t": (0, 1, 2)}, "B": {"t": (3, 4)}}
+    uncovered = group(("A", ["t"]), ("B", ["t"]), current=current)
+    result = check(LagAssignor(), uncovered, topics)
+    assert result == {"A": {"t": (0, 1, 2)}, "B": {"t": (3, 4, 5)}}
+    assert result["A"] is current["A"] and result["B"] is not current["B"]
+
+
+def test_lag_to_repair_is_left_to_the_numpy_path():
     skewed = TopicDescriber({"t": TopicMetadata(4, lags=(100, 100, 1, 1))})
     heavy = group(("A", ["t"]), ("B", ["t"]), current={"A": {"t": (0, 1)}, "B": {"t": (2, 3)}})
     assert check(LagAssignor(), heavy, skewed) is None  # lag to repair
@@ -349,7 +401,7 @@ def test_dropped_entries_are_noticed():
     topics = TopicDescriber({"t": TopicMetadata(2, lags=(3, 1)), "u": TopicMetadata(1, lags=(1,))})
     # A negative id is dropped, not read from the end: partition 1 has no owner.
     negative = group(("A", ["t"]), ("B", ["t"]), current={"A": {"t": (-1,)}, "B": {"t": (0,)}})
-    assert check(LagAssignor(), negative, topics) is None
+    assert check(LagAssignor(), negative, topics) == {"A": {"t": (1,)}, "B": {"t": (0,)}}
     # An empty tuple makes the member's map not in output form: same partitions, a new dict.
     current = {"A": {"t": (0,), "u": ()}, "B": {"t": (1,), "u": (0,)}}
     empty = group(("A", ["t", "u"]), ("B", ["t", "u"]), current=current)
@@ -381,9 +433,9 @@ def test_entries_for_unsubscribed_topics_are_dropped():
     result = check(LagAssignor(1), spec, topics)
     assert result == {"A": {"t": (0,)}, "B": {"t": (1,), "u": (0,)}}
     assert result["A"] is not current["A"] and result["B"] is current["B"]
-    # Only A claims u0: it is unowned, so there is work for the numpy path.
+    # Only A claims u0: it is unowned, and goes to B, u's only subscriber.
     alone = group(("A", ["t"]), ("B", ["t", "u"]), current={"A": {"t": (0,), "u": (0,)}, "B": {"t": (1,)}})
-    assert check(LagAssignor(1), alone, topics) is None
+    assert check(LagAssignor(1), alone, topics) == {"A": {"t": (0,)}, "B": {"t": (1,), "u": (0,)}}
 
 
 def test_drift_within_tolerance_is_kept_and_beyond_it_is_not():
@@ -433,7 +485,8 @@ def test_partition_ids_that_are_not_ints_are_read_as_on_the_numpy_path():
     assert check(LagAssignor(1), floats, topics) == {"A": {"t": (0, 3)}, "B": {"t": (1, 2)}}
     # One id does not convert: the numpy path then drops every id that is not a plain int.
     mixed = group(("A", ["t"]), ("B", ["t"]), current={"A": {"t": (0.0, 3.0)}, "B": {"t": (1, 2), "u": ("x",)}})
-    assert check(LagAssignor(1), mixed, topics) is None  # 0 and 3 unowned
+    # 0 and 3 are unowned and go to A, which then holds what it listed, in a new dict.
+    assert check(LagAssignor(1), mixed, topics) == {"A": {"t": (0, 3)}, "B": {"t": (1, 2)}}
     assert fresh_for_the_model(group(("A", ["t"]), current={"A": {"t": ("x", 1.0)}}), topics)
 
 
@@ -468,8 +521,14 @@ def test_assign_takes_the_small_path_and_falls_back_to_arrays():
     assignor = LagAssignor()
     fresh = assignor.assign(spec, topics)
     assert fresh == small_path(assignor, spec, topics) == numpy_path(assignor, spec, topics)
-    # b leaves its partitions to a joiner: counts need repair, which only the arrays do
+    # b leaves its partitions to a joiner: a count repair, which both paths make alike
     moved = GroupSpec.of({"a": MemberSubscription(frozenset({"t"}), assignment=fresh["a"]),
                           "c": MemberSubscription(frozenset({"t"}))})
-    assert small_path(assignor, moved, topics) is None
-    assert assignor.assign(moved, topics) == numpy_path(assignor, moved, topics)
+    assert assignor.assign(moved, topics) == small_path(assignor, moved, topics) == numpy_path(assignor, moved, topics)
+    # a holds 91 of the lag against a greedy peak of 52: a lag repair, which only the arrays do
+    skewed = TopicDescriber({"t": TopicMetadata(6, lags=(50, 40, 1, 1, 1, 1))})
+    heavy = GroupSpec.of({"a": MemberSubscription(frozenset({"t"}), assignment={"t": (0, 1, 2)}),
+                          "b": MemberSubscription(frozenset({"t"}), assignment={"t": (3, 4, 5)})})
+    assert small_path(assignor, heavy, skewed) is None
+    result = assignor.assign(heavy, skewed)
+    assert result == numpy_path(assignor, heavy, skewed) and result["a"] != {"t": (0, 1, 2)}

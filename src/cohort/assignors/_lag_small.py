@@ -1,24 +1,27 @@
-"""The lag assignor in plain Python, for small groups whose answer needs no repair.
+"""The lag assignor in plain Python, for small groups whose answer needs no lag repair.
 
 The numpy path pays a few microseconds per array operation whatever the size: for a group of a
 handful of members and a few dozen partitions that overhead is ten times the work itself, and the
 Spark pipeline assigns millions of such groups. This path gives the very same answer as
-`LagAssignor.assign` (same dicts, same key order, a kept member's own dict back) in the two
+`LagAssignor.assign` (same dicts, same key order, a kept member's own dict back) in the three
 common cases:
 
 * fresh: nobody holds a valid partition, so the answer is the greedy of `_lag_greedy`;
 * stable: the valid current assignment (`Model.current_owners`' rules) owns every partition, every
   topic's counts are already balanced, and it is within tolerance (by the lower-bound shortcut or
-  against the greedy peak, as in `LagAssignor._sticky`), so nothing moves.
+  against the greedy peak, as in `LagAssignor._sticky`), so nothing moves;
+* members joined or left: `_lag_sticky.balance_counts`' count repair (`_balance_counts`, the same
+  quotas, shedding and placements on lists) and the result is within tolerance.
 
-Anything else (a group above the size limits, counts to repair, unowned partitions, lag to repair,
-a current assignment entry that is not a sized collection) gives None and the caller takes the
-numpy path. Lags or partition ids that are not plain ints go through the numpy path's own readers
+Anything else (a group above the size limits, lag to repair after the counts, loads of 2**53 or
+more where a count repair is needed, a current assignment entry that is not a sized collection)
+gives None and the caller takes the numpy path. Lags or partition ids that are not plain ints go through the numpy path's own readers
 (`_lag_vector`, `_int_array`), so they are converted, or rejected, exactly as there.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from fractions import Fraction
 from itertools import chain, islice
@@ -38,7 +41,6 @@ SMALL_CLAIMS = 2 * SMALL_PARTITIONS
 
 _INT = frozenset({int})
 _HOMOGENEOUS = SubscriptionType.HOMOGENEOUS  # a plain global: enum attribute lookups are slow
-_REPAIR = [None]  # `_claim_clean`'s answer when the current assignment needs repair
 
 
 def assign_small(spec: GroupSpec, topics: SubscribedTopicDescriber, factor: Fraction) -> GroupAssignment | None:
@@ -86,8 +88,6 @@ def assign_small(spec: GroupSpec, topics: SubscribedTopicDescriber, factor: Frac
         index = dict(zip(topic_ids, range(len(topic_ids))))
         everyone = subscriptions is None
         load = _claim_clean(current, subscriptions, index, counts, subscribers, lags)
-        if load is _REPAIR:
-            return None
         if load is not None:  # the common case: a previous result, every member's map kept as is
             if not _within(load, counts, subscribers, lags, sums, factor, everyone):
                 return None
@@ -97,8 +97,17 @@ def assign_small(spec: GroupSpec, topics: SubscribedTopicDescriber, factor: Frac
             return None
         owners, clean, held, load = claimed
         if any(load) or any(map(any, held)):
-            if not (_balanced(held, counts, subscribers, everyone)
-                    and _within(load, counts, subscribers, lags, sums, factor, everyone)):
+            if not _balanced(held, counts, subscribers, everyone):
+                before = [owner.copy() for owner in owners]
+                if not _balance_counts(owners, counts, subscribers, lags, load):
+                    return None
+                for old, new in zip(before, owners):  # whoever lost or gained a partition needs a new dict
+                    for m, n in zip(old, new):
+                        if m != n:
+                            if m >= 0:
+                                clean[m] = False
+                            clean[n] = False
+            if not _within(load, counts, subscribers, lags, sums, factor, everyone):
                 return None
             if all(clean):
                 return dict(zip(member_ids, current))
@@ -151,8 +160,7 @@ def _claim_clean(current: list[Mapping], subscriptions: list | None, index: dict
                  subscribers: list, lags: list) -> list[int] | list[None] | None:
     """Each member's load when every current assignment is in output form (a dict of valid, ascending,
     non-empty tuples), together they own every partition exactly once, and every topic's counts are
-    balanced. `_REPAIR` when they are in output form but leave a partition unowned or a topic's
-    counts unbalanced: the numpy path has work to do. None otherwise (then `_claim` sorts it out).
+    balanced. None otherwise (then `_claim` sorts it out, and `_balance_counts` repairs the counts).
 
     This is what a previous result looks like, and it can be checked a tuple at a time. An id that
     indexes a list (an int, or a bool or numpy int, which the numpy path reads as the same int) is
@@ -184,13 +192,13 @@ def _claim_clean(current: list[Mapping], subscriptions: list | None, index: dict
         return None
     for parts, n, subs in zip(claimed, counts, subscribers):
         if len(set().union(*parts)) < n:
-            return _REPAIR  # a partition without owner
+            return None  # a partition without owner
         sizes = list(map(len, parts))  # each member lists a topic once: its count, if it holds any
         if sum(sizes) != n:
             return None  # a partition listed twice: the first claim wins, `_claim` works that out
         floor, extra = divmod(n, len(subs))
         if max(sizes) > floor + (extra > 0) or (floor and (len(sizes) < len(subs) or min(sizes) < floor)):
-            return _REPAIR
+            return None
     return load
 
 
@@ -278,6 +286,71 @@ def _claim(current: list[Mapping], subscriptions: list | None, index: dict, coun
             return None
         return _claim(current, subscriptions, index, counts, lags, iter(_int_array(values, count).tolist()))
     return owners, clean, held, load
+
+
+def _balance_counts(owners: list[list[int]], counts: list[int], subscribers: list, lags: list, load: list[int]) -> bool:
+    """`_lag_sticky.balance_counts` on lists, in place (owners per topic, each member's load): the
+    same quotas, the same partitions shed and the same placements. False when a topic to fix has
+    subscribers whose loads add up to 2**53 or more: the numpy path's mean is a float sum in its
+    own order, which only agrees with an exact sum below that (the caller then gives up)."""
+    for owner, n, subs, lag in zip(owners, counts, subscribers, lags):
+        k = len(subs)
+        floor, extra = divmod(n, k)
+        if -1 not in owner:
+            if n <= k:
+                if len(set(owner)) == n:
+                    continue
+            else:
+                held = list(map(owner.count, subs))
+                if max(held) <= floor + (extra > 0) and min(held) >= floor:
+                    continue
+        if sum(map(load.__getitem__, subs)) >= 1 << 53:
+            return False
+        _fix_topic(owner, subs, lag, load, floor, extra)
+    return True
+
+
+def _fix_topic(owner: list[int], subs: list[int], lag: list[int], load: list[int], floor: int, extra: int) -> None:
+    """`_lag_sticky._fix_topic` on lists: quotas, shedding and placement for one topic."""
+    k = len(subs)
+    cnt = list(map(owner.count, subs))
+    quota = [floor] * k
+    if extra:
+        over = [i for i in range(k) if cnt[i] > floor]
+        if len(over) >= extra:
+            keep = sorted(over, key=lambda i: (-cnt[i], load[subs[i]], i))[:extra]
+        else:
+            rest = [i for i in range(k) if cnt[i] <= floor]
+            keep = over + sorted(rest, key=lambda i: (load[subs[i]], i))[: extra - len(over)]
+        for i in keep:
+            quota[i] += 1
+
+    mean = sum(map(load.__getitem__, subs)) / k  # exact below 2**53, as numpy's float mean
+    for i in range(k):
+        surplus = cnt[i] - quota[i]
+        if surplus <= 0:
+            continue
+        member = subs[i]
+        mine = [p for p, m in enumerate(owner) if m == member]
+        want = max(0.0, float(load[member]) - mean) / surplus
+        for p in sorted(mine, key=lambda p: abs(lag[p] - want))[:surplus]:  # stable, as argsort's
+            owner[p] = -1
+            load[member] -= lag[p]
+        cnt[i] = quota[i]
+
+    free = sorted((p for p, m in enumerate(owner) if m < 0), key=lambda p: -lag[p])
+    room = [q - c for q, c in zip(quota, cnt)]
+    heap = [(load[subs[i]], i) for i in range(k) if room[i] > 0]
+    heapq.heapify(heap)
+    for p in free:
+        total, i = heapq.heappop(heap)
+        member = subs[i]
+        owner[p] = member
+        total += lag[p]
+        load[member] = total
+        room[i] -= 1
+        if room[i]:
+            heapq.heappush(heap, (total, i))
 
 
 def _balanced(held: list, counts: list[int], subscribers: list, everyone: bool) -> bool:
