@@ -1,8 +1,8 @@
 """Assignors' answers for many fresh groups at once (`fresh_owners`, over `FreshGroups` columns).
 
 For every group an assignor takes, the owners must be exactly those of its `assign` on that group
-alone. `lag` must take every group whose packed keys fit in int64; `range` every group without
-racks. The groups it leaves get owners -1 and go through `assign`.
+alone. `lag` must take every group whose packed keys fit in int64, `range` every group without
+racks, `uniform` every group. The groups one leaves get owners -1 and go through `assign`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 from cohort.assignors.api import FreshGroups, GroupSpec, MemberSubscription, TopicDescriber, TopicMetadata
 from cohort.assignors.lag import LagAssignor
 from cohort.assignors.range import RangeAssignor
+from cohort.assignors.uniform import UniformAssignor
 
 INT64_MAX = (1 << 63) - 1
 
@@ -87,11 +88,16 @@ def range_takes(members, topics, racks) -> bool:
     return all(r is None for r in racks)
 
 
+def uniform_takes(members, topics, racks) -> bool:
+    return True
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.randoms(use_true_random=False))
 def test_owners_are_those_of_assign_group_by_group(rng):
     groups = [random_group(rng) for _ in range(rng.randint(1, 12))]
-    for assignor, takes in ((LagAssignor(rng.choice([0.1, 0, 2])), lag_takes), (RangeAssignor(), range_takes)):
+    for assignor, takes in ((LagAssignor(rng.choice([0.1, 0, 2])), lag_takes), (RangeAssignor(), range_takes),
+                            (UniformAssignor(), uniform_takes)):
         owner, done = assignor.fresh_owners(columns(groups))
         at = 0
         for g, group in enumerate(groups):
@@ -115,6 +121,8 @@ def test_kafka_5337_worked_example_among_other_groups():
     assert owner.tolist() == [0, 1, 2, 0] + [0, 1, 1] + [0, 0, 0]
     owner, done = RangeAssignor().fresh_owners(columns(groups))
     assert owner.tolist() == [0, 0, 1, 2] + [0, 0, 1] + [0, 0, 0]
+    owner, done = UniformAssignor().fresh_owners(columns(groups))  # the extra partitions to the last
+    assert owner.tolist() == [0, 1, 2, 2] + [0, 1, 1] + [0, 0, 0]
 
 
 def test_groups_left_to_assign():
@@ -132,7 +140,7 @@ def test_groups_left_to_assign():
 
 
 def test_no_groups():
-    for assignor in (LagAssignor(), RangeAssignor()):
+    for assignor in (LagAssignor(), RangeAssignor(), UniformAssignor()):
         owner, done = assignor.fresh_owners(FreshGroups([], [], [], [], []))
         assert len(owner) == 0 and len(done) == 0
 
@@ -144,8 +152,19 @@ def test_owners_of_a_large_batch_match_assign():
                [None] * 9)
               for _ in range(2000)]
     groups = [(m, t, r[: len(m)]) for m, t, r in groups]
-    for assignor in (LagAssignor(), RangeAssignor()):
+    for assignor in (LagAssignor(), RangeAssignor(), UniformAssignor()):
         owner, done = assignor.fresh_owners(columns(groups))
         assert done.all()
         expected = [p for group in groups for p in assign_owners(assignor, *group)]
         assert np.array_equal(owner, expected)
+
+
+def test_uniform_new_groups_beyond_its_small_path():
+    # 150 members or 1,100 partitions: `assign` takes the numpy builder, with the same answer.
+    rng = random.Random(11)
+    groups = [(sorted(f"m{i:03d}" for i in range(150)), {"a": [0] * 40, "b": [0] * 7}, [None] * 150),
+              (sorted(f"m{i:03d}" for i in range(9)), {"a": [0] * 600, "c": [0] * 500}, [None] * 9),
+              (["solo"], {t: [rng.randrange(9)] * 3 for t in "xyz"}, [None])]
+    owner, done = UniformAssignor().fresh_owners(columns(groups))
+    assert done.all()
+    assert owner.tolist() == [p for group in groups for p in assign_owners(UniformAssignor(), *group)]

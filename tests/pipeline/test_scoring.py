@@ -374,16 +374,19 @@ def test_scores_are_the_same_when_fresh_groups_are_assigned_together():
         + [("mixed", s, "x", ["a", "b"], None) for s in (0, 1)] + [("mixed", s, "y", ["a"], None) for s in (0, 1)],
     )
     p, m = pa.concat_tables([p, hand_p]), pa.concat_tables([m, hand_m])
-    batched = [CountingFreshGroups("lag"), CountingFreshGroups("range")]
-    one_at_a_time = [OneGroupAtATime("lag"), OneGroupAtATime("range")]
-    got = run(p, m, [*batched, "uniform"], chunk=97)
-    want = run(p, m, [*one_at_a_time, "uniform"], chunk=97)
+    names = ("lag", "range", "uniform")
+    batched = [CountingFreshGroups(name) for name in names]
+    one_at_a_time = [OneGroupAtATime(name) for name in names]
+    got = run(p, m, batched, chunk=97)
+    want = run(p, m, one_at_a_time, chunk=97)
     assert got == want
-    lag, range_ = batched
-    assert len(lag.currents) > 250 and lag.currents == one_at_a_time[0].currents
-    # lag: the fleet's first samples but those with static members or mixed subscriptions, and
-    # "overflow" left to assign; range: those without racks.
-    assert 250 < lag.fresh_groups <= 300 and 100 < range_.fresh_groups < lag.fresh_groups
+    for mine, theirs in zip(batched, one_at_a_time):
+        assert len(mine.currents) > 250 and mine.currents == theirs.currents
+    lag, range_, uniform = batched
+    # The fleet's first samples but those with static members or mixed subscriptions: all of them
+    # for uniform, all but "overflow" for lag, those without racks for range.
+    assert 250 < uniform.fresh_groups <= 300 + 4
+    assert lag.fresh_groups == uniform.fresh_groups - 1 and 100 < range_.fresh_groups < lag.fresh_groups
     assert by(got, "overflow", 0, "lag")["unassigned"] == 0
 
 

@@ -21,7 +21,7 @@ Conventions every assignor follows:
 * An assignor may also offer `fresh_owners(groups: FreshGroups) -> (owners, done)`: for many
   groups at once, in columns, the owners `assign` would give the groups it takes (`done`), -1
   for the others. It is an optional fast path for the Spark pipeline, which assigns millions of
-  small groups (`lag` and `range` offer it); the broker assigns one group at a time.
+  small groups (the three built-ins offer it); the broker assigns one group at a time.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import gc
 
 from cohort.assignors._uniform_heterogeneous import assign_heterogeneous
 from cohort.assignors._uniform_homogeneous import assign_homogeneous
-from cohort.assignors.api import GroupAssignment, GroupSpec, SubscribedTopicDescriber, SubscriptionType
+from cohort.assignors.api import FreshGroups, GroupAssignment, GroupSpec, SubscribedTopicDescriber, SubscriptionType
 
 
 class UniformAssignor:
@@ -42,6 +42,13 @@ class UniformAssignor:
         finally:
             if paused:
                 gc.enable()
+
+    def fresh_owners(self, groups: FreshGroups):
+        """`assign`'s owners for many new homogeneous groups at once: the partitions dealt out in
+        canonical order (`_uniform_many`)."""
+        from cohort.assignors._uniform_many import new_group_owners  # numpy only when asked
+
+        return new_group_owners(groups.member_counts, groups.topic_group, groups.partition_counts)
 
     def __repr__(self) -> str:
         return "UniformAssignor()"

@@ -9,7 +9,7 @@ Per (group, sample) the Python work is only what the assignor interface needs (a
 a describer answering from the batch's columns) plus one walk over the returned assignment.
 Every score is computed for the whole batch at once with numpy.
 
-An assignor that offers `fresh_owners` (`lag`, `range`) gets the batch's fresh group samples
+An assignor that offers `fresh_owners` (the three built-ins) gets the batch's fresh group samples
 (first samples whose members share one subscription, `_Batch.fresh_everyone`) all at once, in
 columns, and answers with arrays: the same owners as its `assign`, without a spec, a describer
 or a result dict per group (one is built only for a group whose next sample needs it).
@@ -506,7 +506,7 @@ def _score(batch: pa.RecordBatch, assignors: Sequence) -> pa.RecordBatch:
 
 
 def _fresh_owners(b: _Batch, assignors: Sequence) -> tuple[list, list]:
-    """Per assignor that offers `fresh_owners` (`lag`, `range`): its owner slot of every partition
+    """Per assignor that offers `fresh_owners` (the built-ins): its owner slot of every partition
     of the batch's fresh rows it took (-1 elsewhere), and which rows it took; None for the others.
 
     The rows are `_Batch.fresh_everyone`'s: their members are in id order, so an owner's member
