@@ -253,7 +253,7 @@ class _Batch:
         racked = (_segment_sums(has_replicas, np.append(run_starts, len(self.p_row))) > 0).tolist() if len(run_starts) else []
         run_rows = self.p_row[run_starts] if len(run_starts) else run_starts
         self.run_topic = list(map(self.topic_names.__getitem__, (self.t_off[run_rows] + self.p_topic[run_starts]).tolist()))
-        self._runs = (run_starts, run_ends, run_rows, contiguous_runs)
+        self.run_arrays = (run_starts, run_ends, run_rows, contiguous_runs)
         self.run_start = run_starts.tolist()
         self.run_end = run_ends.tolist()
         self.run_contiguous, self.run_racked = contiguous, racked
@@ -277,7 +277,7 @@ class _Batch:
         ok = self.first_of_group & (self.n_members > 0) & np.array(self.alike, bool)
         ok &= _ascending_within(self._member_id_array, self.m_off)
         ok &= _ascending_within(self._topic_name_array, self.t_off)
-        run_starts, run_ends, run_rows, contiguous = self._runs
+        run_starts, run_ends, run_rows, contiguous = self.run_arrays
         ok &= np.bincount(run_rows, minlength=n) > 0
         if not ok.any():
             return ok
@@ -521,7 +521,7 @@ def _fresh_owners(b: _Batch, assignors: Sequence) -> tuple[list, list]:
     rows = np.flatnonzero(fresh)
     if len(rows) == 0:
         return owners, done
-    run_starts, run_ends, run_rows, _ = b._runs
+    run_starts, run_ends, run_rows, _ = b.run_arrays
     runs = fresh[run_rows]
     renumber = np.cumsum(fresh) - 1
     at = np.flatnonzero(fresh[b.p_row])
@@ -538,7 +538,9 @@ def _fresh_owners(b: _Batch, assignors: Sequence) -> tuple[list, list]:
 
 
 def _fresh_result(b: _Batch, row: int, ids: list, owner: np.ndarray) -> dict:
-    """The assignment dict of a row taken by `fresh_owners`, as `assign` returns it."""
+    """The assignment dict of a row taken by `fresh_owners`: members in id order, topics in name
+    order, ascending tuples, as `lag`'s and `uniform`'s `assign` return it (`range`, which may
+    order a member's topics otherwise, ignores current assignments)."""
     per_member: list[dict] = [{} for _ in ids]
     for r in range(b.row_first_run[row], b.row_first_run[row + 1]):
         parts: list[list[int]] = [[] for _ in ids]
