@@ -111,7 +111,7 @@ def assign_small(spec: GroupSpec, topics: SubscribedTopicDescriber, factor: Frac
                 return None
             if all(clean):
                 return dict(zip(member_ids, current))
-            return _output(member_ids, topic_ids, owners, [a if c else None for a, c in zip(current, clean)])
+            return assignment_of(member_ids, topic_ids, owners, [a if c else None for a, c in zip(current, clean)])
     per_member = [{} for _ in member_ids]
     for topic_id, mine in zip(topic_ids, _greedy(m_count, subscribers, counts, lags, True)):
         for target, parts in zip(per_member, mine):
@@ -430,7 +430,7 @@ def _peak(m_count: int, counts: list[int], lags: list) -> int:
     return max(keys) // base
 
 
-def _output(member_ids: list, topic_ids: list, owners: list[list[int]], reuse: list) -> GroupAssignment:
+def assignment_of(member_ids: list, topic_ids: list, owners: list[list[int]], reuse: list) -> GroupAssignment:
     """{member_id: {topic_id: ascending partitions}}; member m's entry is reuse[m] when that is not None."""
     per_member = [{} if r is None else None for r in reuse]
     lists = [[] for _ in reuse]

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cohort.assignors._lag_small import assignment_of
 from cohort.assignors.api import (
     EMPTY,
     FreshGroups,
@@ -538,19 +539,13 @@ def _fresh_owners(b: _Batch, assignors: Sequence) -> tuple[list, list]:
 
 
 def _fresh_result(b: _Batch, row: int, ids: list, owner: np.ndarray) -> dict:
-    """The assignment dict of a row taken by `fresh_owners`: members in id order, topics in name
-    order, ascending tuples, as `lag`'s and `uniform`'s `assign` return it (`range`, which may
-    order a member's topics otherwise, ignores current assignments)."""
-    per_member: list[dict] = [{} for _ in ids]
-    for r in range(b.row_first_run[row], b.row_first_run[row + 1]):
-        parts: list[list[int]] = [[] for _ in ids]
-        for p, slot in enumerate(owner[b.run_start[r] : b.run_end[r]].tolist()):
-            parts[slot].append(p)
-        topic = b.run_topic[r]
-        for target, mine in zip(per_member, parts):
-            if mine:
-                target[topic] = tuple(mine)
-    return dict(zip(ids, per_member))
+    """The assignment dict of a row taken by `fresh_owners`, built by the lag assignor's own
+    builder: members in id order, topics in name order, ascending tuples, as `lag`'s and
+    `uniform`'s `assign` return it (`range`, which may order a member's topics otherwise, ignores
+    current assignments)."""
+    runs = range(b.row_first_run[row], b.row_first_run[row + 1])
+    return assignment_of(ids, [b.run_topic[r] for r in runs],
+                         [owner[b.run_start[r] : b.run_end[r]].tolist() for r in runs], [None] * len(ids))
 
 
 def _shared_spec(shared: dict, subscription: frozenset, rack) -> MemberSubscription:
