@@ -294,26 +294,22 @@ def _balance_counts(owners: list[list[int]], counts: list[int], subscribers: lis
     subscribers whose loads add up to 2**53 or more: the numpy path's mean is a float sum in its
     own order, which only agrees with an exact sum below that (the caller then gives up)."""
     for owner, n, subs, lag in zip(owners, counts, subscribers, lags):
-        k = len(subs)
-        floor, extra = divmod(n, k)
-        if -1 not in owner:
-            if n <= k:
-                if len(set(owner)) == n:
-                    continue
-            else:
-                held = list(map(owner.count, subs))
-                if max(held) <= floor + (extra > 0) and min(held) >= floor:
-                    continue
-        if sum(map(load.__getitem__, subs)) >= 1 << 53:
+        floor, extra = divmod(n, len(subs))
+        held = list(map(owner.count, subs))  # owners are always subscribers
+        if -1 not in owner and max(held) <= floor + (extra > 0) and min(held) >= floor:
+            continue  # with n <= k: every partition owned, by distinct members
+        subs_load = sum(map(load.__getitem__, subs))
+        if subs_load >= 1 << 53:
             return False
-        _fix_topic(owner, subs, lag, load, floor, extra)
+        _fix_topic(owner, subs, lag, load, held, subs_load, floor, extra)
     return True
 
 
-def _fix_topic(owner: list[int], subs: list[int], lag: list[int], load: list[int], floor: int, extra: int) -> None:
-    """`_lag_sticky._fix_topic` on lists: quotas, shedding and placement for one topic."""
+def _fix_topic(owner: list[int], subs: list[int], lag: list[int], load: list[int], cnt: list[int], subs_load: int,
+               floor: int, extra: int) -> None:
+    """`_lag_sticky._fix_topic` on lists: quotas, shedding and placement for one topic, whose
+    subscribers hold `cnt` partitions of it and carry `subs_load` in all."""
     k = len(subs)
-    cnt = list(map(owner.count, subs))
     quota = [floor] * k
     if extra:
         over = [i for i in range(k) if cnt[i] > floor]
@@ -325,7 +321,7 @@ def _fix_topic(owner: list[int], subs: list[int], lag: list[int], load: list[int
         for i in keep:
             quota[i] += 1
 
-    mean = sum(map(load.__getitem__, subs)) / k  # exact below 2**53, as numpy's float mean
+    mean = subs_load / k  # exact below 2**53, as numpy's float mean
     for i in range(k):
         surplus = cnt[i] - quota[i]
         if surplus <= 0:
