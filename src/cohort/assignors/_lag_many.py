@@ -33,8 +33,7 @@ def fresh_owners(member_counts, topic_group, partition_counts, lags) -> tuple[np
     owner = np.full(len(lag), -1, np.int64)
     if len(lag) == 0:
         return owner, np.zeros(len(k), bool)
-    topic = np.repeat(np.arange(len(counts)), counts)
-    group = topic_group[topic]
+    group = np.repeat(topic_group, counts)  # of each partition
     totals = np.bincount(group, minlength=len(k))
     lag = np.minimum(lag, INT64_MAX // np.maximum(totals, 1)[group])  # as `_lag_vector` caps them
     starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
