@@ -384,9 +384,9 @@ def test_scores_are_the_same_when_fresh_groups_are_assigned_together():
         assert len(mine.currents) > 250 and mine.currents == theirs.currents
     lag, range_, uniform = batched
     # The fleet's first samples but those with static members or mixed subscriptions: all of them
-    # for uniform, all but "overflow" for lag, those without racks for range.
+    # for uniform and range (racks included), all but "overflow" for lag.
     assert 250 < uniform.fresh_groups <= 300 + 4
-    assert lag.fresh_groups == uniform.fresh_groups - 1 and 100 < range_.fresh_groups < lag.fresh_groups
+    assert lag.fresh_groups == uniform.fresh_groups - 1 and range_.fresh_groups == uniform.fresh_groups
     assert by(got, "overflow", 0, "lag")["unassigned"] == 0
 
 
@@ -397,6 +397,8 @@ def test_rows_the_batched_fresh_assignment_takes():
         + [("gap", 0, "a", i, 1, None, ()) for i in (0, 2)]
         + [("unsubscribed", 0, t, 0, 1, None, ()) for t in ("a", "b")]
         + [("split", 0, "a", 0, 1, None, ())]
+        + [("racks", 0, "a", i, 1, None, (f"r{i % 3}",)) for i in range(3)]
+        + [("many racks", 0, "a", i, 1, None, (f"r{2 * i:02d}", f"r{2 * i + 1:02d}")) for i in range(32)]
     )
     rows_m = (
         [(g, 0, x, ["a", "b"], None) for g in ("plain", "static", "reordered") for x in "xy"]
@@ -404,6 +406,8 @@ def test_rows_the_batched_fresh_assignment_takes():
         + [("gap", 0, x, ["a"], None) for x in "xy"]
         + [("unsubscribed", 0, x, ["a"], None) for x in "xy"]
         + [("split", 0, "x", ["a"], None), ("split", 0, "y", ["a", "b"], None)]
+        + [("racks", 0, x, ["a"], "r1") for x in "xy"]
+        + [("many racks", 0, x, ["a"], "r01") for x in "xy"]
     )
     p, m = samples(rows_p, rows_m)
     m = m.set_column(m.schema.get_field_index("instance_id"), "instance_id",
@@ -415,15 +419,15 @@ def test_rows_the_batched_fresh_assignment_takes():
         return {key for key, ok in zip(keys, _Batch(table.combine_chunks().to_batches()[0]).fresh_everyone()) if ok}
 
     # Only first samples whose members share one subscription covering every topic with partitions,
-    # no static ids, every topic's partitions 0..n-1.
-    assert fresh(table) == {("plain", 0), ("reordered", 0)}
+    # no static ids, every topic's partitions 0..n-1, and racks that fit a bitmask (64 do not).
+    assert fresh(table) == {("plain", 0), ("reordered", 0), ("racks", 0)}
     # A row breaking the format's order (members or topics not ascending) is left to `assign`.
     r = keys.index(("reordered", 0))
     for column in ("members", "topics"):
         values = table[column].to_pylist()
         values[r] = values[r][::-1]
         changed = table.set_column(table.schema.get_field_index(column), column, pa.array(values, table.schema.field(column).type))
-        assert fresh(changed) == {("plain", 0)}
+        assert fresh(changed) == {("plain", 0), ("racks", 0)}
 
 
 def test_ascending_within_rows():

@@ -152,14 +152,17 @@ class FreshGroups:
     `member_counts`: per group, its members, numbered 0.. in member-id order. `topic_group`: per
     topic, its group; ascending, a group's topics in sorted order, each with at least one
     partition. `partition_counts`: per topic. `lags`: per partition (>= 0), topics concatenated,
-    partitions 0..n-1. `racked`: per group, whether any member has a rack.
+    partitions 0..n-1. Racks are numbered within each group, below 62: `member_racks` has each
+    member's (-1: none), groups concatenated; `partition_racks`, per partition, the racks hosting a
+    replica as a bitmask (bit r: rack r).
     """
 
     member_counts: Sequence[int]
     topic_group: Sequence[int]
     partition_counts: Sequence[int]
     lags: Sequence[int]
-    racked: Sequence[bool]
+    member_racks: Sequence[int]
+    partition_racks: Sequence[int]
 
 
 @runtime_checkable

@@ -131,11 +131,12 @@ class RangeAssignor:
         return result
 
     def fresh_owners(self, groups: FreshGroups):
-        """`assign`'s owners for many fresh groups at once: plain ranges for the groups without
-        racks; those with racks are left to `assign` (KIP-881's rules may apply)."""
-        from cohort.assignors._range_many import plain_range_owners  # numpy only when asked
+        """`assign`'s owners for many fresh groups at once: plain ranges, or KIP-881's rack
+        matching where it applies, one step for every group at a time."""
+        from cohort.assignors._range_many import range_owners  # numpy only when asked
 
-        return plain_range_owners(groups.member_counts, groups.topic_group, groups.partition_counts, groups.racked)
+        return range_owners(groups.member_counts, groups.topic_group, groups.partition_counts,
+                            groups.member_racks, groups.partition_racks)
 
     @staticmethod
     def _assign_with_racks(result, order, subs, rack_of, group, n, topics) -> bool:

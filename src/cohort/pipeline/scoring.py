@@ -275,7 +275,7 @@ class _Batch:
         partitions 0..n-1 in order: the groups an assignor's `fresh_owners` can take, laid out as
         it wants them."""
         n = len(self.first_of_group)
-        ok = self.first_of_group & (self.n_members > 0) & np.array(self.alike, bool)
+        ok = self.first_of_group & (self.n_members > 0) & np.array(self.alike, bool) & ~self.many_racks
         ok &= _ascending_within(self._member_id_array, self.m_off)
         ok &= _ascending_within(self._topic_name_array, self.t_off)
         run_starts, run_ends, run_rows, contiguous = self.run_arrays
@@ -526,8 +526,9 @@ def _fresh_owners(b: _Batch, assignors: Sequence) -> tuple[list, list]:
     runs = fresh[run_rows]
     renumber = np.cumsum(fresh) - 1
     at = np.flatnonzero(fresh[b.p_row])
-    racked = _segment_sums((b.member_rack >= 0).astype(np.int64), b.m_off)[rows] > 0
-    groups = FreshGroups(b.n_members[rows], renumber[run_rows[runs]], (run_ends - run_starts)[runs], b.lag[at], racked)
+    members = np.flatnonzero(fresh[np.repeat(np.arange(len(fresh)), b.n_members)])
+    groups = FreshGroups(b.n_members[rows], renumber[run_rows[runs]], (run_ends - run_starts)[runs], b.lag[at],
+                         b.member_rack[members], b.replica_mask[at])
     for a, kernel in enumerate(kernels):
         if kernel is not None:
             owner, took = kernel(groups)
