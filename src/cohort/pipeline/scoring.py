@@ -272,8 +272,8 @@ class _Batch:
     def fresh_everyone(self) -> np.ndarray:
         """Rows that are a group's first sample, with one subscription covering every topic that has
         partitions (no static ids), members in id order and topics in name order, each topic's
-        partitions 0..n-1 in order: the groups an assignor's `fresh_owners` can take, laid out as
-        it wants them."""
+        partitions 0..n-1 in order, and racks that fit a bitmask (`FreshGroups` numbers them): the
+        groups an assignor's `fresh_owners` can take, laid out as it wants them."""
         n = len(self.first_of_group)
         ok = self.first_of_group & (self.n_members > 0) & np.array(self.alike, bool) & ~self.many_racks
         ok &= _ascending_within(self._member_id_array, self.m_off)
