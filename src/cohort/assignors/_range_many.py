@@ -174,12 +174,13 @@ def _by_subscriber(n, k, m_off, member_racks, hosted) -> np.ndarray:
     # Sets laid out by member count, descending: those with a subscriber at position q are a prefix.
     by_size = np.argsort(-k, kind="stable")
     sizes = k[by_size]
+    laid_n = n[by_size]
     start = np.concatenate(([0], np.cumsum(n)))
-    slots = _ranges(start[by_size], n[by_size])
-    set_of = np.repeat(by_size, n[by_size])
+    slots = _ranges(start[by_size], laid_n)
+    set_of = np.repeat(by_size, laid_n)
     mask = hosted[slots]
     untaken = np.ones(len(slots), bool)
-    set_end = np.cumsum(n[by_size])
+    set_end = np.cumsum(laid_n)
     for q in range(int(sizes[0])):
         live_sets = int(np.searchsorted(-sizes, -q, side="left"))
         live = by_size[:live_sets]
@@ -189,7 +190,7 @@ def _by_subscriber(n, k, m_off, member_racks, hosted) -> np.ndarray:
         room = (base + (extra > 0))[s]
         want = untaken[:width] & ((rack < 0) | ((mask[:width] >> np.maximum(rack, 0)) & 1).astype(bool))
         seen = np.cumsum(want)
-        before = np.repeat(np.concatenate(([0], seen[set_end[: live_sets - 1] - 1])), n[by_size][:live_sets])
+        before = np.repeat(np.concatenate(([0], seen[set_end[: live_sets - 1] - 1])), laid_n[:live_sets])
         take = want & (seen - before <= room)
         untaken[:width] &= ~take
         owner[slots[:width][take]] = q
