@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from cohort.assignors._arrays import ranges
+
 MAX_RACKS = 62
 MAX_MEMBERS = 62
 MAX_PARTITIONS = 256
@@ -93,8 +95,8 @@ def _owners(k, topic_group, counts, member_racks, masks):
     chosen = needs[set_of_topic]
     topics, which = rt[chosen], np.cumsum(needs)[set_of_topic[chosen]] - 1
     slot_start = np.concatenate(([0], np.cumsum(set_n)))
-    part = _ranges(t_off[topics], counts[topics])
-    slot = _ranges(slot_start[which], counts[topics])
+    part = ranges(t_off[topics], counts[topics])
+    slot = ranges(slot_start[which], counts[topics])
     order = np.argsort(slot, kind="stable")
     common = np.bitwise_and.reduceat(masks[part][order], np.flatnonzero(np.diff(np.append(-1, slot[order]))))
 
@@ -102,17 +104,11 @@ def _owners(k, topic_group, counts, member_racks, masks):
     several = set_topics > 1
     for chosen_sets, walk in ((np.flatnonzero(several), _by_partition), (np.flatnonzero(~several), _by_subscriber)):
         if len(chosen_sets):
-            at = _ranges(slot_start[chosen_sets], set_n[chosen_sets])
+            at = ranges(slot_start[chosen_sets], set_n[chosen_sets])
             slot_owner[at] = walk(set_n[chosen_sets], k[set_group[chosen_sets]], m_off[set_group[chosen_sets]],
                                   member_racks, common[at])
     owner[part] = slot_owner[slot]
     return owner, done
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """start, start + 1, ..., start + length - 1 for each pair, concatenated."""
-    ends = np.cumsum(lengths)
-    return np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
 
 
 def _by_partition(n, k, m_off, member_racks, common) -> np.ndarray:
@@ -123,7 +119,7 @@ def _by_partition(n, k, m_off, member_racks, common) -> np.ndarray:
     set_of_slot = np.repeat(np.arange(sets), n)
     # Per slot, the subscribers that match it, as bits of their positions.
     pairs = k[set_of_slot]
-    pos = _ranges(np.zeros(len(pairs), np.int64), pairs)
+    pos = ranges(np.zeros(len(pairs), np.int64), pairs)
     pair_slot = np.repeat(np.arange(len(common)), pairs)
     rack = member_racks[m_off[set_of_slot][pair_slot] + pos]
     hit = (rack < 0) | ((common[pair_slot] >> np.maximum(rack, 0)) & 1).astype(bool)
@@ -176,7 +172,7 @@ def _by_subscriber(n, k, m_off, member_racks, hosted) -> np.ndarray:
     sizes = k[by_size]
     laid_n = n[by_size]
     start = np.concatenate(([0], np.cumsum(n)))
-    slots = _ranges(start[by_size], laid_n)
+    slots = ranges(start[by_size], laid_n)
     set_of = np.repeat(by_size, laid_n)
     mask = hosted[slots]
     untaken = np.ones(len(slots), bool)

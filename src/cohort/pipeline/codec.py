@@ -34,6 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cohort.assignors._arrays import ranges
+
 
 # Packed columns and their element type; -1 stands for "none" (null) in each.
 PACKED = {
@@ -137,15 +139,6 @@ def is_stored(schema: pa.Schema) -> bool:
     return "body" in schema.names
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The indices [s, s + n) of every (s, n), one range after another."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    ends = np.cumsum(lengths)
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
-
-
 def list_offsets(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """(offsets rebased to 0, values) of a list column."""
     offsets = _np(column.offsets).astype(np.int64)
@@ -177,7 +170,7 @@ def encode(table: pa.Table | pa.RecordBatch) -> pa.Table:
     counts = np.stack([lengths for lengths, _ in lists], axis=1)
     flat_starts = np.stack([np.concatenate(([0], np.cumsum(lengths)))[:-1] for lengths, _ in lists], axis=1)
     bases = np.cumsum([0] + [len(values) for _, values in lists[:-1]])
-    order = _ranges((flat_starts + bases).ravel(), counts.ravel())
+    order = ranges((flat_starts + bases).ravel(), counts.ravel())
     names = pa.concat_arrays([values.cast(pa.string()) for _, values in lists]).take(pa.array(order, pa.int64()))
     name_lengths = _np(pc.binary_length(names), null=-1).astype(np.int64)
     row_of_name = np.repeat(np.arange(n), counts.sum(axis=1))
@@ -209,9 +202,9 @@ def encode(table: pa.Table | pa.RecordBatch) -> pa.Table:
                 packed["replica_racks"][1]]
     at = row_start[:-1].copy()
     for size, values in zip(sections, contents):
-        words[_ranges(at, size)] = np.asarray(values).ravel()
+        words[ranges(at, size)] = np.asarray(values).ravel()
         at += size
-    words.view(_I8)[_ranges((at + padding) // 2, n_parts)] = packed["lags"][1]
+    words.view(_I8)[ranges((at + padding) // 2, n_parts)] = packed["lags"][1]
     body = _binary_array(4 * row_words, pa.py_buffer(words))
     return pa.Table.from_arrays(
         [table["sample_seq"], table["sample_time"], table["group_id"], names_column, body], schema=STORED_SCHEMA
@@ -233,7 +226,7 @@ def decode(batch: pa.RecordBatch) -> pa.RecordBatch:
     short = row_words < _HEADER
     if short.any():
         raise CodecError(f"group sample {int(np.argmax(short))}: a body of {int(row_words[short][0] * 4)} bytes has no header")
-    header = words[_ranges(row_start, np.full(n, _HEADER))].reshape(n, _HEADER).astype(np.int64)
+    header = words[ranges(row_start, np.full(n, _HEADER))].reshape(n, _HEADER).astype(np.int64)
     n_topics, n_racks, n_members, n_parts, n_subs, n_reps = header.T
     n_names = n_topics + n_racks + 2 * n_members
     sections = [n_names, n_members, 2 * n_subs, 3 * n_parts, 2 * n_reps]
@@ -246,11 +239,11 @@ def decode(batch: pa.RecordBatch) -> pa.RecordBatch:
     at = row_start + _HEADER
     values = []
     for size in sections:
-        values.append(words[_ranges(at, size)])
+        values.append(words[ranges(at, size)])
         at = at + size
     name_lengths, member_racks, subscribed, triples, replicas = values
     triples = triples.reshape(-1, 3)
-    lags = raw.view(_I8)[_ranges((at + (at - row_start) % 2) // 2, n_parts)]  # every body is whole 8-byte words
+    lags = raw.view(_I8)[ranges((at + (at - row_start) % 2) // 2, n_parts)]  # every body is whole 8-byte words
 
     names_offsets, names_data = _binary_buffer(batch.column(_NAMES))
     name_bytes = np.maximum(name_lengths, 0).astype(np.int64)
@@ -267,7 +260,7 @@ def decode(batch: pa.RecordBatch) -> pa.RecordBatch:
     string_lists = [
         pa.ListArray.from_arrays(
             pa.array(np.concatenate(([0], np.cumsum(counts[:, k]))), pa.int32()),
-            names.take(pa.array(_ranges(kind_start[:, k], counts[:, k]), pa.int64())),
+            names.take(pa.array(ranges(kind_start[:, k], counts[:, k]), pa.int64())),
         )
         for k in range(4)
     ]

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cohort.assignors._arrays import ranges
 from cohort.assignors._lag_small import assignment_of
 from cohort.assignors.api import (
     EMPTY,
@@ -526,7 +527,7 @@ def _fresh_owners(b: _Batch, assignors: Sequence) -> tuple[list, list]:
     runs = fresh[run_rows]
     renumber = np.cumsum(fresh) - 1
     at = np.flatnonzero(fresh[b.p_row])
-    members = np.flatnonzero(fresh[np.repeat(np.arange(len(fresh)), b.n_members)])
+    members = ranges(b.m_off[rows], b.n_members[rows])
     groups = FreshGroups(b.n_members[rows], renumber[run_rows[runs]], (run_ends - run_starts)[runs], b.lag[at],
                          b.member_rack[members], b.replica_mask[at])
     for a, kernel in enumerate(kernels):
