@@ -1,8 +1,10 @@
 """Request decoding and response encoding on top of kio, with kio's gaps wrapped.
 
 A frame here is the bytes after the 4-byte size prefix. Request headers are parsed by hand
-(cheap, and lets us skip header tags); bodies go through kio's native reader. Unknown tagged
-fields, which kio rejects, are stripped and the body parsed again (see :mod:`.tagged`).
+(cheap, and lets us skip header tags); bodies are checked against their schema (see
+:mod:`.bounds`: kio's native reader aborts the process on a count it cannot allocate), then go
+through kio's native reader. Unknown tagged fields, which kio rejects, are stripped and the body
+parsed again (see :mod:`.tagged`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from cohort.protocol.bounds import BodyError, NullField
 from cohort.protocol.tagged import Truncated, read_uvarint, strip_unknown_tags
 from cohort.protocol.versions import API_VERSIONS_KEY, ApiCodec, VersionTable
 
@@ -22,6 +25,21 @@ UNSUPPORTED_VERSION = 35
 
 class MalformedRequest(ValueError):
     """The frame cannot be parsed; Kafka closes the connection in this case."""
+
+
+class InvalidRequest(MalformedRequest):
+    """The frame parses, but a field the schema does not allow to be null is null.
+
+    The server answers INVALID_REQUEST where the response has a top-level error code, and
+    closes the connection otherwise.
+    """
+
+    def __init__(self, message: str, api_key: int, version: int, correlation_id: int, codec: "ApiCodec") -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+        self.codec = codec
 
 
 class UnsupportedApi(ValueError):
@@ -94,6 +112,12 @@ def decode_request(frame: bytes, table: VersionTable) -> DecodedRequest:
         raise UnsupportedApi(api_key, version, correlation_id)
     client_id, pos = _skip_header(frame, codec.request_header_flexible)
     try:
+        codec.check_request(frame, pos, len(frame))
+    except NullField as exc:
+        raise InvalidRequest(str(exc), api_key, version, correlation_id, codec) from None
+    except BodyError as exc:
+        raise MalformedRequest(str(exc)) from None
+    try:
         body, _ = codec.read_request(frame, pos)
     except KeyError as exc:
         if "tagged field" not in str(exc):
@@ -105,6 +129,11 @@ def decode_request(frame: bytes, table: VersionTable) -> DecodedRequest:
             raise MalformedRequest(f"cannot parse body: {exc2!r}") from exc2
     except Exception as exc:  # noqa: BLE001 - kio raises several types on bad bytes
         raise MalformedRequest(f"cannot parse body: {exc!r}") from exc
+    except BaseException as exc:
+        # pyo3's PanicException (a Rust panic inside kio) derives from BaseException.
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise MalformedRequest(f"cannot parse body: {exc!r}") from None
     return DecodedRequest(api_key, version, correlation_id, client_id, body, codec)
 
 
@@ -141,6 +170,7 @@ def frame_size(prefix: bytes) -> int:
 __all__ = [
     "API_VERSIONS_KEY",
     "DecodedRequest",
+    "InvalidRequest",
     "MalformedRequest",
     "UnsupportedApi",
     "api_versions_fallback",

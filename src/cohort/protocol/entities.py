@@ -7,11 +7,23 @@ MetadataResponse v12).
 
 from __future__ import annotations
 
+import datetime
 import functools
 import typing
-from dataclasses import fields
+import uuid
+from dataclasses import MISSING, fields
 from types import NoneType, UnionType
 from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_schema_field_type,
+    is_optional,
+)
 
 
 @functools.cache
@@ -41,3 +53,45 @@ def nested(cls: type, name: str) -> type:
 
 def has_field(cls: type, name: str) -> bool:
     return name in field_names(cls)
+
+
+_ZERO_BY_TYPE: dict[str, Any] = {
+    "bool": False, "uuid": uuid.UUID(int=0), "bytes": b"", "records": b"", "string": "",
+    "timedelta_i32": datetime.timedelta(0), "timedelta_i64": datetime.timedelta(0),
+    "datetime_i64": datetime.datetime.fromtimestamp(0, datetime.timezone.utc),
+}
+
+
+def _empty(cls: type, overrides: dict[str, Any]) -> Any:
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in overrides:
+            values[f.name] = overrides[f.name]
+            continue
+        if f.default is not MISSING or f.default_factory is not MISSING:
+            continue
+        kind = classify_field(f)
+        if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
+            values[f.name] = ()
+        elif is_optional(f):
+            values[f.name] = None
+        elif isinstance(kind, EntityField):
+            values[f.name] = _empty(kind.type_, {})
+        else:
+            values[f.name] = _ZERO_BY_TYPE.get(get_schema_field_type(f), 0)
+    return cls(**values)
+
+
+def has_top_level_error(cls: type) -> bool:
+    """Whether a response class can carry one error for the whole request."""
+    return has_field(cls, "error_code")
+
+
+def error_response(cls: type, error: ErrorCode, message: str | None = None) -> Any:
+    """A response of ``cls`` that carries only ``error`` (and its message where the version has
+    one): empty arrays, zero numbers, null where allowed. ``cls`` must have a top-level
+    ``error_code`` (:func:`has_top_level_error`)."""
+    overrides: dict[str, Any] = {"error_code": error}
+    if has_field(cls, "error_message"):
+        overrides["error_message"] = message
+    return _empty(cls, overrides)

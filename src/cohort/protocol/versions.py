@@ -15,6 +15,8 @@ from typing import Any, Callable
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from cohort.protocol.bounds import body_checker
+
 # api_key -> (name, min_version, max_version) that cohort can decode and answer.
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 10),
@@ -54,6 +56,7 @@ class ApiCodec:
     api_key: int
     version: int
     request_type: type
+    check_request: Callable[[Any, int, int], int]
     read_request: Callable[[Any, int], tuple[Any, int]]
     request_header_flexible: bool
     response_type: type
@@ -68,6 +71,7 @@ def _build(api_key: int, version: int) -> ApiCodec:
         api_key=api_key,
         version=version,
         request_type=req,
+        check_request=body_checker(req),
         read_request=entity_reader(req),
         request_header_flexible=req.__header_schema__.__version__ >= 2,
         response_type=resp,
