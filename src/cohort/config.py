@@ -68,7 +68,7 @@ REGISTRY: dict[str, Setting] = {}
 
 # Modules that declare settings at import time; rendering the docs and looking up a name not
 # declared yet import them, so neither depends on what happened to be imported before.
-DECLARING_MODULES: list[str] = ["cohort.server.groups"]
+DECLARING_MODULES: list[str] = ["cohort.server.groups", "cohort.server.limits"]
 
 
 def load_declarations() -> None:
@@ -114,6 +114,10 @@ declare("queued.max.requests", int, 500, "Requests read ahead on one connection 
         "stops reading from it (responses still leave in order).", minimum=1, group="server")
 declare("num.partitions", int, 1, "Partitions of an auto-created topic, and of CreateTopics with "
         "num_partitions=-1.", minimum=1, group="topics")
+declare("max.broker.partitions", int, 200000, "Partitions the broker holds in all (KIP-578's name); a "
+        "CreateTopics that would pass it gets POLICY_VIOLATION naming this limit.", minimum=1, group="topics")
+declare("max.partitions.per.topic", int, 10000, "Partitions one topic may have; a CreateTopics asking for "
+        "more gets INVALID_PARTITIONS naming this limit.", minimum=1, group="topics")
 declare("auto.create.topics.enable", bool, True, "Create unknown topics (with `num.partitions`) when a "
         "Metadata request allows it.", group="topics")
 declare("default.replication.factor", int, 1, "Replication factor reported for topics; cohort is a "
@@ -122,6 +126,10 @@ declare("message.max.bytes", int, 1048588, "Largest record batch a Produce reque
         "(MESSAGE_TOO_LARGE otherwise).", minimum=128, group="topics")
 declare("log.segment.bytes", int, 1073741824, "Size at which a partition's active segment is rolled.",
         minimum=1024, group="log")
+declare("log.open.files.max", int, 0, "Segment files held open at once across all partitions (each may "
+        "hold its log and its index descriptor); the least recently used is closed when another must "
+        "open, and reopened on its next use. 0: a quarter of the process's open-file limit "
+        "(`ulimit -n`), at least 16.", minimum=0, group="log")
 declare("log.index.interval.bytes", int, 4096, "Bytes between offset-index entries.", minimum=1, group="log")
 declare("log.flush.interval.messages", int, LONG_MAX, "fsync a partition log after this many messages "
         "(the default leaves flushing to the OS, as Kafka does). Topic config `flush.messages` "

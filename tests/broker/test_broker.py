@@ -78,6 +78,8 @@ def test_delete_topic_removes_data_and_recreate_is_empty(tmp_path):
     old = b.create_topic("t", 2)
     b.produce("t", 0, batch(b"old"))
     b.delete_topic("t")
+    assert "t" not in b.topics and ("t", 0) not in b.logs
+    b.settle()  # the files go in the storage thread
     assert not any(n.startswith("t-") for n in os.listdir(b.data_dir))
     new = b.create_topic("t", 1)
     assert new.id != old.id and b.high_watermark("t", 0) == 0

@@ -10,6 +10,7 @@ server starts.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import fcntl
 import logging
@@ -23,7 +24,7 @@ from typing import Callable, Mapping
 from cohort.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog
 from cohort.broker.topics import BrokerState, MetadataStore, Topic, new_topic_id, topic_config_error, topic_name_error
 from cohort.config import Config
-from cohort.log import OffsetOutOfRange, PartitionLog, compaction
+from cohort.log import OffsetOutOfRange, PartitionLog, compaction, fileio
 from cohort.log.segment import now_ms
 from cohort.protocol.records import InvalidBatch, check_produce_records, iter_batches
 
@@ -40,6 +41,7 @@ INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 TOPIC_ALREADY_EXISTS = 36
 KAFKA_STORAGE_ERROR = 56
+POLICY_VIOLATION = 44
 UNKNOWN_TOPIC_ID = 100
 
 _log = logging.getLogger("cohort.broker")
@@ -110,6 +112,7 @@ class Broker:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise OSError(f"data directory {self.data_dir} is in use by another cohort process") from None
+        fileio.FILES.limit = config["log.open.files.max"] or fileio.default_open_files_limit()
         self.store = MetadataStore(self.data_dir)
         self.state: BrokerState = self.store.load()
         self._next_producer_id = self.state.producer_id_block_end
@@ -118,8 +121,16 @@ class Broker:
         self.append_listeners: list[Callable[[str, int], None]] = []
         self.topic_listeners: list[Callable[[], None]] = []
         self._ids = {t.id: t.name for t in self.state.topics.values()}
+        # Topics being created: their names are taken and their partitions count against
+        # max.broker.partitions, but they are not served until their logs exist durably.
+        self._creating: dict[str, int] = {}
+        self._storage = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-storage")
         self._remove_orphans()
         for topic in self.state.topics.values():
+            for p in range(topic.partitions):
+                if not os.path.isdir(self._partition_dir(topic.name, p)):
+                    _log.warning("topic %s: partition %d had no directory (a create cut short); created it empty",
+                                 topic.name, p)
             self._open_partitions(topic)
         if OFFSETS_TOPIC not in self.state.topics:
             self.create_topic(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"}, internal=True)
@@ -164,10 +175,25 @@ class Broker:
         log.retention_bytes = limit("retention.bytes") if deleting else None
 
     def _open_partitions(self, topic: Topic) -> None:
+        for p, log in enumerate(self._new_logs(topic)):
+            self.logs[(topic.name, p)] = log
+
+    def _new_logs(self, topic: Topic) -> list[PartitionLog]:
+        """Open (creating where missing) the partition logs of ``topic``. Touches no broker
+        state, so it may run in the storage thread; a new log holds no file descriptor."""
+        logs = []
         for p in range(topic.partitions):
             log = PartitionLog(self._partition_dir(topic.name, p), index_interval=self.config["log.index.interval.bytes"])
             self._apply_policy(topic, log)
-            self.logs[(topic.name, p)] = log
+            logs.append(log)
+        return logs
+
+    def _discard_logs(self, topic: Topic, logs: list[PartitionLog]) -> None:
+        """Close and remove the directories of a create that did not complete."""
+        for log in logs:
+            log.close()
+        for p in range(topic.partitions):
+            shutil.rmtree(self._partition_dir(topic.name, p), ignore_errors=True)
 
     def _remove_orphans(self) -> None:
         """Delete partition directories of deleted topics (a crash after the metadata write of a
@@ -184,6 +210,7 @@ class Broker:
                 continue
             topic = self.state.topics.get(m["topic"])
             if topic is None or int(m["partition"]) >= topic.partitions:
+                _log.warning("removing %s: its topic is not in the metadata (a create or delete cut short)", entry)
                 shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
@@ -195,6 +222,7 @@ class Broker:
                 _log.error("fsync of %s-%d failed on close: %s", name, partition, exc)
             log.close()
         self.logs.clear()
+        self._storage.shutdown(wait=True)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -214,12 +242,21 @@ class Broker:
         why = topic_name_error(name)
         if why:
             raise BrokerError(INVALID_TOPIC_EXCEPTION, why)
-        if name in self.state.topics:
+        if name in self.state.topics or name in self._creating:
             raise BrokerError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if partitions < 1:
             raise BrokerError(INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+        per_topic = self.config["max.partitions.per.topic"]
+        if partitions > per_topic:
+            raise BrokerError(INVALID_PARTITIONS, f"number of partitions {partitions} is larger than "
+                                                  f"max.partitions.per.topic ({per_topic})")
+        limit = self.config["max.broker.partitions"]
+        held = len(self.logs) + sum(self._creating.values())
+        if held + partitions > limit:
+            raise BrokerError(POLICY_VIOLATION, f"{partitions} more partitions would make {held + partitions}, over "
+                                                f"max.broker.partitions ({limit})")
         if replication_factor not in (-1, 1):
             raise BrokerError(INVALID_REPLICATION_FACTOR, f"replication factor {replication_factor} is larger than the 1 available broker")
         resolved = {}
@@ -258,6 +295,41 @@ class Broker:
         self._topics_changed()
         return topic
 
+    async def create_topic_async(self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None,
+                                 *, replication_factor: int = -1) -> Topic:
+        """:meth:`create_topic` for requests: the partition directories are made (and fsynced)
+        in the storage thread while the event loop serves others; the metadata file records the
+        topic only once they exist, and only then is it served. A crash in between leaves
+        directories that the next start removes."""
+        partitions, resolved = self.validate_new_topic(name, partitions, replication_factor, configs or {})
+        if name.startswith("__"):
+            raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
+        topic = Topic(name, new_topic_id(), partitions, resolved, False)
+        self._creating[name] = partitions
+        logs: list[PartitionLog] = []
+        try:
+            loop = asyncio.get_running_loop()
+            try:
+                logs = await loop.run_in_executor(self._storage, self._new_logs, topic)
+            except OSError as exc:
+                await loop.run_in_executor(self._storage, self._discard_logs, topic, [])
+                raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {name!r}: {exc}") from None
+            try:
+                self._persist_topic(name, topic)
+            except BrokerError:
+                await loop.run_in_executor(self._storage, self._discard_logs, topic, logs)
+                raise
+        finally:
+            del self._creating[name]
+        for p, log in enumerate(logs):
+            self.logs[(name, p)] = log
+        self._topics_changed()
+        return topic
+
+    def settle(self) -> None:
+        """Wait for the storage thread's queued work (removal of deleted topics' files)."""
+        self._storage.submit(lambda: None).result()
+
     def delete_topic(self, name: str) -> Topic:
         topic = self.state.topics.get(name)
         if topic is None:
@@ -271,7 +343,9 @@ class Broker:
             path = self._partition_dir(name, p)
             doomed = f"{path}.{topic.id.hex}.deleted"
             os.rename(path, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+            # Removing the files can take long; a crash before it ends leaves a *.deleted
+            # directory that the next start removes.
+            self._storage.submit(shutil.rmtree, doomed, ignore_errors=True)
         self._topics_changed()
         return topic
 
@@ -417,7 +491,8 @@ class Broker:
             return None
         horizon = now - int(self.topic_setting(topic, "delete.retention.ms"))
         guard = self.coordinator_log.compaction_guard() if name == OFFSETS_TOPIC else None
-        plan = await asyncio.get_running_loop().run_in_executor(None, compaction.build, log, segments, horizon, guard)
+        plan = await asyncio.get_running_loop().run_in_executor(None, fileio.in_worker, compaction.build, log, segments,
+                                                              horizon, guard)
         if self.logs.get((name, partition)) is not log or not log.swap_segments(plan.old, plan.new):
             for seg in plan.new:
                 seg.close()

@@ -18,7 +18,7 @@ import asyncio
 import time
 from typing import Iterator, Sequence
 
-from cohort.log import PartitionLog
+from cohort.log import PartitionLog, fileio
 from cohort.log.batches import batch_records
 from cohort.protocol.records import build_batch, check_batch, read_header
 
@@ -119,7 +119,7 @@ class CoordinatorLog:
                     await asyncio.sleep(self.linger_ms / 1000)
                 target = self.log.end_offset
                 try:
-                    await loop.run_in_executor(None, self.log.flush)
+                    await loop.run_in_executor(None, fileio.in_worker, self.log.flush)
                 except OSError as exc:
                     self._fail_pending(exc)
                     return

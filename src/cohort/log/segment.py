@@ -37,8 +37,17 @@ class Segment:
         self.log_path = os.path.join(directory, segment_name(base_offset, ".log"))
         self.index_path = os.path.join(directory, segment_name(base_offset, ".index"))
         self.index_interval = index_interval
-        self.fd = fileio.IO.open(self.log_path, os.O_RDWR | (os.O_CREAT if create else 0))
-        self.size = os.fstat(self.fd).st_size
+        self._pins = 0
+        self._fd = -1
+        self._index_fd = -1
+        try:
+            self.size = os.stat(self.log_path).st_size
+        except FileNotFoundError:
+            if not create:
+                raise
+            os.close(fileio.IO.open(self.log_path, os.O_RDWR | os.O_CREAT))
+            self.size = 0
+        # No descriptor is held yet: the first read or write opens one (fileio.OpenFiles).
         self.next_offset = base_offset
         # Largest batch timestamp; None = not known yet (sealed segments compute it on demand).
         self.max_timestamp: int | None = -1
@@ -47,7 +56,31 @@ class Segment:
         self._idx_offsets: list[int] = []
         self._idx_positions: list[int] = []
         self._bytes_since_index = index_interval  # the first batch is always indexed
-        self._index_fd = -1
+
+    # --- descriptors (opened on demand, see fileio.OpenFiles) -------------------------------
+
+    @property
+    def fd(self) -> int:
+        """The log file's descriptor; valid until the next call that may open another segment,
+        or for as long as the segment is :meth:`pinned`."""
+        return fileio.FILES.fd(self)
+
+    def _open_fd(self) -> int:
+        return fileio.IO.open(self.log_path, os.O_RDWR)
+
+    def _close_fds(self) -> None:
+        """Close both descriptors (the cache evicts, or the segment closes)."""
+        self._close_index()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def pin(self) -> None:
+        """Keep the descriptors open until :meth:`unpin` (for use from a worker thread)."""
+        fileio.FILES.pin(self)
+
+    def unpin(self) -> None:
+        fileio.FILES.unpin(self)
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -246,10 +279,8 @@ class Segment:
             self._index_fd = -1
 
     def close(self) -> None:
-        self._close_index()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fileio.FILES.forget(self)
+        self._close_fds()
 
     # --- reading ---------------------------------------------------------------------------
 

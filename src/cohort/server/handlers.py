@@ -77,6 +77,12 @@ def metadata(ctx: "RequestContext", req: DecodedRequest) -> Any:
     allow_create = getattr(body, "allow_auto_topic_creation", True)
     out = []
     for name, topic_id in wanted:
+        if name is None and req.version < 12:
+            # Kafka: "Topic IDs are not supported in requests for version 10/11", and the
+            # response has no way to name the topic (its name is not nullable before v12).
+            out.append(build(topic_cls, error_code=E.invalid_request, name="", topic_id=topic_id or NULL_UUID,
+                             is_internal=False, partitions=(), topic_authorized_operations=UNKNOWN_OPS))
+            continue
         if name is None:
             topic = broker.topic_by_id(topic_id) if topic_id not in (None, NULL_UUID) else None
             if topic is None:
@@ -255,7 +261,7 @@ def list_offsets(ctx: "RequestContext", req: DecodedRequest) -> Any:
 # --- CreateTopics / DeleteTopics --------------------------------------------------------------
 
 
-def create_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
+async def create_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
     body = req.body
     broker = ctx.broker
     resp = req.codec.response_type
@@ -281,7 +287,7 @@ def create_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
             if body.validate_only:
                 partitions, configs = broker.validate_new_topic(t.name, partitions, t.replication_factor, requested)
             else:
-                topic = broker.create_topic(t.name, partitions, requested, replication_factor=t.replication_factor)
+                topic = await broker.create_topic_async(t.name, partitions, requested, replication_factor=t.replication_factor)
                 topic_id, partitions, configs = topic.id, topic.partitions, topic.configs
             error, message = E.none, None
         except BrokerError as exc:

@@ -18,8 +18,11 @@ from typing import Any, Awaitable, Callable
 
 from cohort.broker import Broker
 from cohort.config import Config
+from kio.schema.errors import ErrorCode
+
 from cohort.protocol.codec import (
     API_VERSIONS_KEY,
+    InvalidRequest,
     MalformedRequest,
     UnsupportedApi,
     api_versions_fallback,
@@ -27,9 +30,11 @@ from cohort.protocol.codec import (
     encode_response,
     frame_size,
 )
-from cohort.protocol.versions import VersionTable, default_table
+from cohort.protocol.entities import error_response, has_top_level_error
+from cohort.protocol.versions import ApiCodec, VersionTable, default_table
 from cohort.server import configs, handlers
 from cohort.server.api import NO_RESPONSE, ApiTable, CloseConnection
+from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
 from cohort.server.waiters import AppendWaiters
 
 log = logging.getLogger("cohort.server")
@@ -42,13 +47,14 @@ PLUGINS = ("cohort.server.groups",)
 class RequestContext:
     """What a handler may use besides the request itself."""
 
-    __slots__ = ("server", "broker", "config", "peer")
+    __slots__ = ("server", "broker", "config", "peer", "warned_invalid")
 
     def __init__(self, server: "Server", peer: Any) -> None:
         self.server = server
         self.broker = server.broker
         self.config = server.config
         self.peer = peer
+        self.warned_invalid = False  # one WARNING per connection for INVALID_REQUEST answers
 
 
 class Server:
@@ -73,6 +79,12 @@ class Server:
         self._connections: set[asyncio.Task] = set()
         self._background: set[asyncio.Task] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-offload")
+        self._quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"],
+                                        parse_overrides(config["max.connections.per.ip.overrides"]))
+        self._memory = RequestMemory(config["queued.max.request.bytes"])
+        self._states: set[ConnectionState] = set()
+        self._refused = 0
+        self._refusal_logged = float("-inf")
         self.host: str = config["listener.host"]
         self.port: int = config["listener.port"]
         # resource type -> provider for DescribeConfigs / IncrementalAlterConfigs
@@ -96,13 +108,14 @@ class Server:
     async def start(self) -> None:
         self._server = await asyncio.start_server(
             self._on_connection, self.config["listener.host"], self.config["listener.port"],
-            limit=1 << 20, reuse_address=True,
+            limit=_SMALL_FRAME, reuse_address=True,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         for hook in self.startup_hooks:
             self.spawn(hook())
         self.spawn(self.broker.maintenance_loop())
+        self.spawn(self._sweep_connections())
         log.info("cohort broker %d listening on %s:%d (data in %s)", self.broker.node_id, self.host, self.port, self.broker.data_dir)
 
     async def offload(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -139,21 +152,30 @@ class Server:
     # --- connections -------------------------------------------------------------------------
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        refused = self._quotas.admit(ip)
+        if refused is not None:
+            self._log_refusal(peer, refused)
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         self._connections.add(task)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = writer.get_extra_info("peername")
+        state = ConnectionState(peer, writer.transport, asyncio.get_running_loop().time())
+        self._states.add(state)
         queue: asyncio.Queue = asyncio.Queue(self.config["queued.max.requests"])
-        sender = asyncio.ensure_future(self._send_loop(queue, writer, peer))
+        sender = asyncio.ensure_future(self._send_loop(queue, writer, state))
         try:
             try:
-                await self._read_loop(reader, queue, RequestContext(self, peer))
+                await self._read_loop(reader, queue, RequestContext(self, peer), state)
             except (asyncio.IncompleteReadError, ConnectionError):
-                pass
+                if state.closing_reason:
+                    log.warning("closed connection from %s: %s", peer, state.closing_reason)
             except _Close as exc:
-                log.info("closing connection from %s: %s", peer, exc)
+                log.warning("closing connection from %s: %s", peer, exc)
             # Answer what was already read, then close.
             await queue.put(None)
             await sender
@@ -162,43 +184,123 @@ class Server:
         finally:
             sender.cancel()
             writer.close()
+            self._states.discard(state)
+            self._quotas.release(ip)
             self._connections.discard(task)
 
-    async def _read_loop(self, reader: asyncio.StreamReader, queue: asyncio.Queue, ctx: RequestContext) -> None:
+    def _log_refusal(self, peer: Any, reason: str) -> None:
+        """One WARNING a minute for refused connections, with how many were refused."""
+        self._refused += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._refusal_logged >= 60.0:
+            log.warning("refused connection from %s: %s (%d refused in the last minute)", peer, reason, self._refused)
+            self._refusal_logged = now
+            self._refused = 0
+
+    async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> tuple[bytes, int]:
+        """Read a frame body of ``size`` bytes, counting them against ``queued.max.request.bytes``
+        as they arrive; returns the frame and the bytes counted (to give back once handled)."""
+        memory = self._memory
+        if memory.full():
+            await memory.wait_for_room()
+        if size <= _SMALL_FRAME:
+            memory.take(size)
+            try:
+                return await reader.readexactly(size), size
+            except BaseException:
+                memory.give_back(size)
+                raise
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            while got < size:
+                if memory.full():
+                    await memory.wait_for_room()
+                data = await reader.read(min(size - got, _CHUNK))
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", size - got)
+                memory.take(len(data))
+                got += len(data)
+                chunks.append(data)
+        except BaseException:
+            memory.give_back(got)
+            raise
+        return b"".join(chunks), got
+
+    async def _read_loop(self, reader: asyncio.StreamReader, queue: asyncio.Queue, ctx: RequestContext,
+                         state: ConnectionState) -> None:
         max_bytes = self.config["socket.request.max.bytes"]
         table = self.table
         apis = self.apis
+        memory = self._memory
+        clock = asyncio.get_running_loop().time
         while True:
-            size = frame_size(await reader.readexactly(4))
+            prefix = await reader.readexactly(4)
+            state.frame_started = clock()
+            size = frame_size(prefix)
             if size < 0 or size > max_bytes:
                 raise _Close(f"frame size {size} outside 0..{max_bytes} (socket.request.max.bytes)")
-            frame = await reader.readexactly(size)
+            frame, held = await self._read_frame(reader, size)
+            state.frame_started = None
+            state.last_active = clock()
             try:
-                request = decode_request(frame, table)
-            except UnsupportedApi as exc:
-                if exc.api_key == API_VERSIONS_KEY and exc.version >= 0:
-                    await queue.put((exc.correlation_id, None, api_versions_fallback(exc.correlation_id, apis.advertised())))
-                    continue
-                raise _Close(str(exc)) from None
-            except MalformedRequest as exc:
-                raise _Close(f"malformed request: {exc}") from None
-            handler = apis.lookup(request.api_key, request.version)
-            if handler is None:
-                raise _Close(f"api_key={request.api_key} version={request.version} is not served")
-            try:
-                result = handler(ctx, request)
-            except CloseConnection as exc:
-                raise _Close(str(exc)) from None
-            except Exception:  # noqa: BLE001 - a handler bug must not take the server down
-                log.exception("handler for api_key=%d v%d failed", request.api_key, request.version)
-                raise _Close("internal error") from None
-            if asyncio.iscoroutine(result):
-                result = asyncio.ensure_future(result)
-            await queue.put((request.correlation_id, request.codec, result))
+                item = self._handle(frame, ctx, apis, table)
+            finally:
+                memory.give_back(held)
+            if item is not None:
+                state.pending += 1
+                await queue.put(item)
 
-    async def _send_loop(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, peer: Any) -> None:
+    def _handle(self, frame: bytes, ctx: RequestContext, apis: ApiTable, table: VersionTable) -> tuple | None:
+        """Decode and dispatch one frame: the queue item to answer it with, None for no answer
+        at all, or _Close."""
+        try:
+            request = decode_request(frame, table)
+        except UnsupportedApi as exc:
+            if exc.api_key == API_VERSIONS_KEY and exc.version >= 0:
+                return (exc.correlation_id, None, api_versions_fallback(exc.correlation_id, apis.advertised()))
+            raise _Close(str(exc)) from None
+        except InvalidRequest as exc:
+            if apis.lookup(exc.api_key, exc.version) is None or not has_top_level_error(exc.codec.response_type):
+                raise _Close(f"invalid request: {_one_line(exc)}") from None
+            if not ctx.warned_invalid:
+                ctx.warned_invalid = True
+                log.warning("answering INVALID_REQUEST to %s: api_key=%d v%d: %s", ctx.peer, exc.api_key, exc.version,
+                            _one_line(exc))
+            return (exc.correlation_id, exc.codec, error_response(exc.codec.response_type, ErrorCode.invalid_request, str(exc)))
+        except MalformedRequest as exc:
+            raise _Close(f"malformed request: {_one_line(exc)}") from None
+        handler = apis.lookup(request.api_key, request.version)
+        if handler is None:
+            raise _Close(f"api_key={request.api_key} version={request.version} is not served")
+        try:
+            result = handler(ctx, request)
+        except CloseConnection as exc:
+            raise _Close(str(exc)) from None
+        except Exception:  # noqa: BLE001 - a handler bug must not take the server down
+            log.exception("handler for api_key=%d v%d failed", request.api_key, request.version)
+            if not has_top_level_error(request.codec.response_type):
+                raise _Close("internal error") from None
+            result = error_response(request.codec.response_type, ErrorCode.unknown_server_error)
+        if asyncio.iscoroutine(result):
+            result = asyncio.ensure_future(result)
+        return (request.correlation_id, request.codec, result)
+
+    def _encode(self, correlation_id: int, codec: ApiCodec, result: Any) -> bytes | None:
+        """The response frame, or None if it cannot be encoded and the API has no error-only
+        answer (the connection is then closed after what came before it)."""
+        try:
+            return encode_response(correlation_id, codec, result)
+        except Exception:  # noqa: BLE001 - a response that does not fit its schema is a bug
+            log.exception("cannot encode the response to api_key=%d v%d", codec.api_key, codec.version)
+        if has_top_level_error(codec.response_type):
+            return encode_response(correlation_id, codec, error_response(codec.response_type, ErrorCode.unknown_server_error))
+        return None
+
+    async def _send_loop(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, state: ConnectionState) -> None:
         """Send results in queue order. Everything already answered when the loop wakes goes
         out in one write (pipelined requests cost one syscall, not one each)."""
+        clock = asyncio.get_running_loop().time
         while True:
             item = await queue.get()
             out: list[bytes] = []
@@ -219,16 +321,64 @@ class Server:
                         raise
                     except Exception:  # noqa: BLE001
                         log.exception("handler for api_key=%d v%d failed", codec.api_key, codec.version)
-                        writer.close()
-                        return
-                if result is not NO_RESPONSE:
-                    out.append(result if codec is None else encode_response(correlation_id, codec, result))
+                        result = (error_response(codec.response_type, ErrorCode.unknown_server_error)
+                                  if has_top_level_error(codec.response_type) else _UNANSWERABLE)
+                state.pending -= 1
+                if result is _UNANSWERABLE:
+                    frame = None
+                elif result is NO_RESPONSE:
+                    frame = b""
+                elif codec is None:
+                    frame = result
+                else:
+                    frame = self._encode(correlation_id, codec, result)
+                if frame is None:
+                    if out:
+                        writer.writelines(out)
+                    await writer.drain()
+                    writer.transport.abort()
+                    return
+                if frame:
+                    out.append(frame)
                 if queue.empty():
                     break
                 item = queue.get_nowait()
             if out:
                 writer.writelines(out)
             await writer.drain()
+            state.last_active = clock()
+
+    async def _sweep_connections(self) -> None:
+        """Close connections idle past ``connections.max.idle.ms`` and frames still arriving
+        past ``socket.request.read.timeout.ms``."""
+        idle_s = self.config["connections.max.idle.ms"] / 1000
+        frame_s = self.config["socket.request.read.timeout.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.01, min(1.0, idle_s / 10, frame_s / 10)))
+            now = loop.time()
+            for state in list(self._states):
+                if state.closing_reason is not None:
+                    continue
+                if state.frame_started is not None and now - state.frame_started > frame_s:
+                    state.closing_reason = (f"request frame not complete after {frame_s * 1000:.0f} ms "
+                                            "(socket.request.read.timeout.ms)")
+                elif state.frame_started is None and state.pending == 0 and now - state.last_active > idle_s:
+                    log.debug("closing connection from %s: idle for %.0f ms", state.peer, idle_s * 1000)
+                    state.closing_reason = ""  # an ordinary end: no warning
+                else:
+                    continue
+                state.transport.abort()
+
+
+_SMALL_FRAME = 65536  # frames up to this size are read in one piece
+_CHUNK = 1 << 18  # larger ones a read at a time, at most this much
+_UNANSWERABLE: Any = object()
+
+
+def _one_line(exc: Exception, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Close(Exception):
