@@ -48,14 +48,6 @@ class NullField(BodyError):
     """A null where the schema does not allow one (the rest of the body is well formed so far)."""
 
 
-def _i16(buf: Any, pos: int) -> int:
-    return struct.unpack_from(">h", buf, pos)[0]
-
-
-def _i32(buf: Any, pos: int) -> int:
-    return struct.unpack_from(">i", buf, pos)[0]
-
-
 def _uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
     value = 0
     shift = 0
@@ -92,8 +84,8 @@ class _Gen:
 
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {
-            "_i16": _i16, "_i32": _i32, "_uv": _uvarint, "_null": _null, "_past": _past,
-            "BodyError": BodyError,
+            "_h": struct.Struct(">h").unpack_from, "_i": struct.Struct(">i").unpack_from,
+            "_uv": _uvarint, "_null": _null, "_past": _past, "BodyError": BodyError,
         }
         self.names: dict[type, str] = {}
         self.min_sizes: dict[type, int] = {}
@@ -155,16 +147,14 @@ class _Gen:
 
     def _length_code(self, kind: str, nullable: bool, flexible: bool, where: str) -> list[str]:
         """Code leaving the element count / byte length in ``n`` (or ``-1`` for an allowed null)."""
-        if flexible:
-            out = ["n, pos = _uv(buf, pos, end)", "n -= 1"]
+        if flexible:  # a one-byte varint inline, longer ones in a call
+            out = ["n = buf[pos]", "if n > 127:", "    n, pos = _uv(buf, pos, end)", "else:", "    pos += 1", "n -= 1"]
         elif kind == "string":
-            out = ["n = _i16(buf, pos)", "pos += 2"]
+            out = ["n = _h(buf, pos)[0]", "pos += 2"]
         else:
-            out = ["n = _i32(buf, pos)", "pos += 4"]
-        out += ["if n < 0:"]
-        if nullable:
-            out += ["    if n != -1:", f"        raise BodyError('{where}: length ' + str(n))"]
-        else:
+            out = ["n = _i(buf, pos)[0]", "pos += 4"]
+        out += ["if n < 0:", "    if n != -1:", f"        raise BodyError('{where}: length ' + str(n))"]
+        if not nullable:
             out += [f"    _null({where!r})"]
         return out
 
@@ -182,7 +172,7 @@ class _Gen:
             inner = self.checker(cls.type_)
             size = self.min_size(cls.type_)
             return self._length_code("array", nullable, flexible, where) + [
-                f"if n * {size} > end - pos:",
+                f"if n * {size} > end - pos:",  # also when an earlier skip went past the end
                 f"    raise BodyError('{where}: ' + str(n) + ' elements cannot fit in ' + str(end - pos) + ' bytes')",
                 "for _ in range(n):",
                 f"    pos = {inner}(buf, pos, end)",
@@ -191,21 +181,39 @@ class _Gen:
             out = self._length_code("array", nullable, flexible, where)
             if kafka_type in _FIXED:
                 size = _FIXED[kafka_type]
-                return out + ["if n > 0:", f"    pos += n * {size}", "    if pos > end:", f"        _past({where!r})"]
+                return out + ["if n > 0:", f"    pos += n * {size}"]
             return out + [
                 f"if n > end - pos:",
                 f"    raise BodyError('{where}: ' + str(n) + ' elements cannot fit in ' + str(end - pos) + ' bytes')",
                 "for _ in range(n):",
                 *("    " + line for line in self._field_code(None, kafka_type, False, flexible, where + "[]")),
             ]
-        # a string, bytes or records
-        return self._length_code(kafka_type, nullable, flexible, where) + [
-            "if n > 0:", "    pos += n", "    if pos > end:", f"        _past({where!r})",
-        ]
+        # A string, bytes or records: skipped without a bounds check of its own. A skip past
+        # the end makes the next read raise, the next count check fail (end - pos < 0) or the
+        # entity's closing check fail, so nothing is allocated for it either way.
+        if flexible:
+            out = ["n = buf[pos]", "if n > 127:", "    n, pos = _uv(buf, pos, end)", "else:", "    pos += 1",
+                   "if n > 1:", "    pos += n - 1"]
+            if not nullable:
+                out += ["elif n == 0:", f"    _null({where!r})"]
+            return out
+        if kafka_type == "string":
+            out = ["n = _h(buf, pos)[0]", "pos += 2"]
+        else:
+            out = ["n = _i(buf, pos)[0]", "pos += 4"]
+        out += ["if n > 0:", "    pos += n", "elif n < 0:", "    if n != -1:",
+                f"        raise BodyError('{where}: length ' + str(n))"]
+        if not nullable:
+            out += [f"    _null({where!r})"]
+        return out
 
     def _tags_code(self, known: list[tuple[int, Any]], where: str) -> list[str]:
         out = [
-            "t, pos = _uv(buf, pos, end)",
+            "t = buf[pos]",
+            "if t > 127:",
+            "    t, pos = _uv(buf, pos, end)",
+            "else:",
+            "    pos += 1",
             "if t * 2 > end - pos:",
             f"    _past({where + ' tagged fields'!r})",
             "for _ in range(t):",
@@ -228,16 +236,13 @@ class _Gen:
 _GEN = _Gen()
 
 
+CHECK_ERRORS = (BodyError, struct.error, IndexError)
+"""What a checker raises: :class:`BodyError` (:class:`NullField` for a forbidden null), or
+``struct.error`` / ``IndexError`` for a fixed-size field or a varint read past the buffer."""
+
+
 @functools.cache
 def body_checker(entity: type) -> Callable[[Any, int, int], int]:
-    """``check(buf, pos, end) -> end of body``; raises :class:`BodyError` (or :class:`NullField`)."""
-    name = _GEN.checker(entity)
-    fn = _GEN.ns[name]
-
-    def check(buf: Any, pos: int, end: int) -> int:
-        try:
-            return fn(buf, pos, end)
-        except struct.error:
-            raise BodyError("a field runs past the end of the request") from None
-
-    return check
+    """``check(buf, pos, end) -> end of body``; raises one of :data:`CHECK_ERRORS`. The buffer
+    must end at ``end`` for reads past it to raise (a frame does)."""
+    return _GEN.ns[_GEN.checker(entity)]

@@ -117,6 +117,8 @@ def decode_request(frame: bytes, table: VersionTable) -> DecodedRequest:
         raise InvalidRequest(str(exc), api_key, version, correlation_id, codec) from None
     except BodyError as exc:
         raise MalformedRequest(str(exc)) from None
+    except (struct.error, IndexError):
+        raise MalformedRequest("a field runs past the end of the request") from None
     try:
         body, _ = codec.read_request(frame, pos)
     except KeyError as exc:

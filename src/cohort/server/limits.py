@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cohort.config import ConfigError, declare
@@ -125,7 +125,8 @@ class ConnectionState:
 
     peer: Any
     transport: Any
+    task: Any  # the connection's task
     last_active: float
     frame_started: float | None = None
     pending: int = 0  # responses not yet written
-    closing_reason: str | None = field(default=None)
+    closed: bool = False

@@ -164,7 +164,7 @@ class Server:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        state = ConnectionState(peer, writer.transport, asyncio.get_running_loop().time())
+        state = ConnectionState(peer, writer.transport, task, asyncio.get_running_loop().time())
         self._states.add(state)
         queue: asyncio.Queue = asyncio.Queue(self.config["queued.max.requests"])
         sender = asyncio.ensure_future(self._send_loop(queue, writer, state))
@@ -172,10 +172,9 @@ class Server:
             try:
                 await self._read_loop(reader, queue, RequestContext(self, peer), state)
             except (asyncio.IncompleteReadError, ConnectionError):
-                if state.closing_reason:
-                    log.warning("closed connection from %s: %s", peer, state.closing_reason)
+                pass
             except _Close as exc:
-                log.warning("closing connection from %s: %s", peer, exc)
+                log.warning("closing connection from %s: %s", peer, _one_line(exc))
             # Answer what was already read, then close.
             await queue.put(None)
             await sender
@@ -358,17 +357,18 @@ class Server:
             await asyncio.sleep(max(0.01, min(1.0, idle_s / 10, frame_s / 10)))
             now = loop.time()
             for state in list(self._states):
-                if state.closing_reason is not None:
+                if state.closed:
                     continue
                 if state.frame_started is not None and now - state.frame_started > frame_s:
-                    state.closing_reason = (f"request frame not complete after {frame_s * 1000:.0f} ms "
-                                            "(socket.request.read.timeout.ms)")
+                    log.warning("closing connection from %s: request frame not complete after %.0f ms "
+                                "(socket.request.read.timeout.ms)", state.peer, frame_s * 1000)
                 elif state.frame_started is None and state.pending == 0 and now - state.last_active > idle_s:
                     log.debug("closing connection from %s: idle for %.0f ms", state.peer, idle_s * 1000)
-                    state.closing_reason = ""  # an ordinary end: no warning
                 else:
                     continue
+                state.closed = True
                 state.transport.abort()
+                state.task.cancel()  # a reader waiting for request memory gives its bytes back
 
 
 _SMALL_FRAME = 65536  # frames up to this size are read in one piece
@@ -376,8 +376,11 @@ _CHUNK = 1 << 18  # larger ones a read at a time, at most this much
 _UNANSWERABLE: Any = object()
 
 
-def _one_line(exc: Exception, limit: int = 300) -> str:
+def _one_line(exc: Exception | str, limit: int = 300) -> str:
+    """A message for one log line: client-supplied text escaped, whitespace folded, cut short."""
     text = " ".join(str(exc).split())
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
