@@ -168,16 +168,20 @@ def test_request_bytes_wait_for_room_under_queued_max_request_bytes(tmp_path):
         hog.sendall(struct.pack(">i", 1_000_000) + b"\x00\x03\x00\x01" + bytes(300_000))  # 300 KB of a 1 MB frame
         time.sleep(0.3)
         memory = srv.server._memory
-        assert memory.full() and memory.used <= 200_000 + (1 << 18) + 65536  # one read's overshoot at most
-        with WireClient(srv.port) as c:
-            c.sock.settimeout(0.5)
-            c.send_raw(c.encode(18, 3, req(18, 3, client_software_name="t", client_software_version="1")))
-            with pytest.raises(socket.timeout):  # waits for room rather than allocating
-                c.sock.recv(1)
-            c.sock.settimeout(5)
-            frame = c.recv_frame()  # the hog's deadline frees the bytes; then it is answered
+        assert memory.full() and memory.used == 1_000_000  # the hog's frame holds its size (Kafka's pool)
+        with WireClient(srv.port) as small, WireClient(srv.port) as large:
+            # a small frame is counted but never waits: one client cannot stall everyone
+            assert api_versions(small).error_code == ErrorCode.none
+            big = large.encode(3, 12, metadata(12, names=[f"no-such-topic-{i:06d}" for i in range(4000)]))
+            assert len(big) > 65536
+            large.sock.settimeout(0.5)
+            large.send_raw(big)
+            with pytest.raises(socket.timeout):  # a large one waits for room rather than allocating
+                large.sock.recv(1)
+            large.sock.settimeout(5)
+            frame = large.recv_frame()  # the hog's deadline frees the bytes; then it is answered
             assert frame is not None
-            assert c.decode(18, 3, frame)[1].error_code == ErrorCode.none
+            assert len(large.decode(3, 12, frame)[1].topics) == 4000
         hog.close()
         assert srv.call(lambda: memory.used) == 0
 

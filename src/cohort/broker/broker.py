@@ -124,6 +124,7 @@ class Broker:
         # Topics being created: their names are taken and their partitions count against
         # max.broker.partitions, but they are not served until their logs exist durably.
         self._creating: dict[str, int] = {}
+        self._recording: dict[str, Topic] = {}  # created, their metadata being written
         self._storage = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-storage")
         self._remove_orphans()
         for topic in self.state.topics.values():
@@ -268,6 +269,17 @@ class Broker:
                 resolved[key] = value
         return partitions, resolved
 
+    def _snapshot(self) -> BrokerState:
+        """What the metadata file should hold now: the served topics and those being recorded."""
+        topics = dict(self.state.topics)
+        topics.update(self._recording)
+        return BrokerState(self.state.cluster_id, topics, self.state.producer_id_block_end)
+
+    def _save(self) -> concurrent.futures.Future:
+        """Write the metadata file in the storage thread. Every write goes through that one
+        thread in the order asked, each a whole snapshot, so the file never goes back in time."""
+        return self._storage.submit(self.store.save, self._snapshot())
+
     def _persist_topic(self, name: str, topic: Topic | None) -> None:
         """Store `topic` under `name` (None removes it) and persist the metadata; if that
         fails, the previous entry is put back and the caller gets KAFKA_STORAGE_ERROR."""
@@ -277,7 +289,7 @@ class Broker:
         else:
             self.state.topics[name] = topic
         try:
-            self.store.save(self.state)
+            self._save().result()
         except OSError as exc:
             if previous is None:
                 self.state.topics.pop(name, None)
@@ -286,12 +298,24 @@ class Broker:
             raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
 
     def create_topic(self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1, internal: bool = False) -> Topic:
+        """Create a topic synchronously (auto-creation, the internal topic, tools): its
+        partitions first, then the metadata that records it."""
         partitions, resolved = self.validate_new_topic(name, partitions, replication_factor, configs or {})
         if name.startswith("__") and not internal:
             raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
         topic = Topic(name, new_topic_id(), partitions, resolved, internal)
-        self._persist_topic(name, topic)
-        self._open_partitions(topic)
+        try:
+            logs = self._new_logs(topic)
+        except OSError as exc:
+            self._discard_logs(topic, [])
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {name!r}: {exc}") from None
+        try:
+            self._persist_topic(name, topic)
+        except BrokerError:
+            self._discard_logs(topic, logs)
+            raise
+        for p, log in enumerate(logs):
+            self.logs[(name, p)] = log
         self._topics_changed()
         return topic
 
@@ -314,13 +338,17 @@ class Broker:
             except OSError as exc:
                 await loop.run_in_executor(self._storage, self._discard_logs, topic, [])
                 raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {name!r}: {exc}") from None
+            self._recording[name] = topic
             try:
-                self._persist_topic(name, topic)
-            except BrokerError:
+                await asyncio.wrap_future(self._save())
+            except OSError as exc:
                 await loop.run_in_executor(self._storage, self._discard_logs, topic, logs)
-                raise
+                raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+            finally:
+                del self._recording[name]
         finally:
             del self._creating[name]
+        self.state.topics[name] = topic
         for p, log in enumerate(logs):
             self.logs[(name, p)] = log
         self._topics_changed()
@@ -437,7 +465,7 @@ class Broker:
         """A producer id unique across restarts (ids are reserved in persisted blocks)."""
         if self._next_producer_id >= self.state.producer_id_block_end:
             self.state.producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK
-            self.store.save(self.state)
+            self._save().result()
         pid = self._next_producer_id
         self._next_producer_id += 1
         return pid

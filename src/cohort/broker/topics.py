@@ -163,7 +163,6 @@ class MetadataStore:
                 "producer_id_block_end": state.producer_id_block_end,
                 "topics": [t.to_json() for t in sorted(state.topics.values(), key=lambda t: t.name)],
             },
-            indent=1,
         ).encode()
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

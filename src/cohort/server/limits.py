@@ -28,10 +28,11 @@ declare("max.connections.per.ip.overrides", str, "", "Per-address exceptions to 
         "comma-separated `host-or-ip:count` (e.g. `127.0.0.1:200,backup.example:0`).", group="server")
 declare("connections.max.idle.ms", int, 600000, "Close a connection that has read no request and has no "
         "response pending for this long.", minimum=1, group="server")
-declare("queued.max.request.bytes", int, 209715200, "Request bytes all connections together may hold "
-        "while frames are read and handled; a connection waits before reading more once it is reached "
-        "(-1: no cap). Kafka's default is -1, where the JVM heap is the cap; cohort sets one.",
-        minimum=-1, group="server")
+declare("queued.max.request.bytes", int, 104857600, "Request bytes all connections together may hold "
+        "while frames are read and handled (-1: no cap). A frame larger than 64 KiB waits to be read "
+        "while the cap is reached, then takes its size (so the cap may be passed by one frame); smaller "
+        "frames are counted but never wait. Kafka's default is -1, where the JVM heap is the cap; "
+        "cohort sets one.", minimum=-1, group="server")
 declare("socket.request.read.timeout.ms", int, 60000, "Close a connection whose request frame has started "
         "arriving but is not complete after this long (a frame trickled byte by byte would otherwise "
         "hold its connection and its bytes until the idle timeout).", minimum=1, group="server")
@@ -89,11 +90,10 @@ class ConnectionQuotas:
 
 
 class RequestMemory:
-    """Broker-wide count of request bytes held (``queued.max.request.bytes``).
-
-    Bytes are counted as they arrive, not as a frame's size prefix promises, so a client that
-    announces 100 MB and trickles holds only what it sent. A reader waits before reading more
-    while the count is at the cap; it may overshoot by one read (at most the stream's buffer).
+    """Broker-wide count of request bytes held (``queued.max.request.bytes``), as Kafka's
+    memory pool: a frame takes its whole size when its reading starts, and a large frame waits
+    while the count is at the cap. The count is bookkeeping, not allocation: a client that
+    announces 100 MB and trickles holds a reservation (until its frame deadline), not memory.
     """
 
     def __init__(self, cap: int) -> None:

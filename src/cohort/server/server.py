@@ -196,35 +196,31 @@ class Server:
             self._refusal_logged = now
             self._refused = 0
 
-    async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> tuple[bytes, int]:
-        """Read a frame body of ``size`` bytes, counting them against ``queued.max.request.bytes``
-        as they arrive; returns the frame and the bytes counted (to give back once handled)."""
+    async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
+        """Read a frame body of ``size`` bytes under ``queued.max.request.bytes``.
+
+        As in Kafka's memory pool, a large frame waits until the request bytes held are below
+        the cap, then takes its whole size at once (it may pass the cap by this one frame), so
+        two half-read frames can never wait for each other. Small frames (heartbeats, metadata,
+        commits) never wait: they are counted, so large ones wait for them, but clients that
+        hold the cap with large frames cannot stall everyone else until their deadline."""
         memory = self._memory
-        if memory.full():
-            await memory.wait_for_room()
-        if size <= _SMALL_FRAME:
-            memory.take(size)
+        if size > _SMALL_FRAME and memory.full():
+            # Stop taking bytes from the socket meanwhile: the stream's buffer would otherwise
+            # fill up to its own high-water mark on every waiting connection.
+            transport = reader._transport  # noqa: SLF001 - asyncio has no public way to reach it
+            transport.pause_reading()
             try:
-                return await reader.readexactly(size), size
-            except BaseException:
-                memory.give_back(size)
-                raise
-        chunks: list[bytes] = []
-        got = 0
+                await memory.wait_for_room()
+            finally:
+                if not transport.is_closing():
+                    transport.resume_reading()
+        memory.take(size)
         try:
-            while got < size:
-                if memory.full():
-                    await memory.wait_for_room()
-                data = await reader.read(min(size - got, _CHUNK))
-                if not data:
-                    raise asyncio.IncompleteReadError(b"", size - got)
-                memory.take(len(data))
-                got += len(data)
-                chunks.append(data)
+            return await reader.readexactly(size)
         except BaseException:
-            memory.give_back(got)
+            memory.give_back(size)
             raise
-        return b"".join(chunks), got
 
     async def _read_loop(self, reader: asyncio.StreamReader, queue: asyncio.Queue, ctx: RequestContext,
                          state: ConnectionState) -> None:
@@ -239,13 +235,13 @@ class Server:
             size = frame_size(prefix)
             if size < 0 or size > max_bytes:
                 raise _Close(f"frame size {size} outside 0..{max_bytes} (socket.request.max.bytes)")
-            frame, held = await self._read_frame(reader, size)
+            frame = await self._read_frame(reader, size)
             state.frame_started = None
             state.last_active = clock()
             try:
                 item = self._handle(frame, ctx, apis, table)
             finally:
-                memory.give_back(held)
+                memory.give_back(size)
             if item is not None:
                 state.pending += 1
                 await queue.put(item)
@@ -371,8 +367,7 @@ class Server:
                 state.task.cancel()  # a reader waiting for request memory gives its bytes back
 
 
-_SMALL_FRAME = 65536  # frames up to this size are read in one piece
-_CHUNK = 1 << 18  # larger ones a read at a time, at most this much
+_SMALL_FRAME = 65536  # frames up to this size never wait for request memory
 _UNANSWERABLE: Any = object()
 
 
