@@ -33,15 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from kio.index import load_request_schema  # noqa: E402
 
 from cohort.protocol.entities import build, nested  # noqa: E402
-from cohort.server.testing import ServerProcess, WireClient  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from cohort.server.testing import ServerProcess, WireClient, rss_mb  # noqa: E402
 
 
 def metadata_request(names):

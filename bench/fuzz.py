@@ -21,17 +21,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from cohort.server.fuzzing import fuzz, group_still_works, load_corpus, produce_canary, read_canary  # noqa: E402
-from cohort.server.testing import ServerProcess  # noqa: E402
+from cohort.server.testing import ServerProcess, rss_mb  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "tests", "protocol", "corpus", "client-frames.bin")
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def main() -> None:

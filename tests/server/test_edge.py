@@ -224,3 +224,15 @@ def test_other_clients_are_served_while_a_large_topic_is_created(tmp_path):
         poller.join()
         # the loop kept answering during the create: many round trips, none as long as it
         assert len(worst) > 20 and max(worst) < took / 4
+
+
+def test_a_large_metadata_answer_is_built_off_the_loop_and_complete(server):
+    with WireClient(server.port, timeout=60) as c:
+        assert c.request(19, 7, create_topics(7, ("big-a", 1500), ("big-b", 1200))).topics[0].error_code == 0
+        for version in (1, 9, 12):
+            topics = {t.name: t for t in c.request(3, version, metadata(version)).topics}
+            assert len(topics["big-a"].partitions) == 1500 and len(topics["big-b"].partitions) == 1200
+            assert [p.partition_index for p in topics["big-b"].partitions] == list(range(1200))
+        # a small answer is still built on the loop, and both agree
+        one = c.request(3, 12, metadata(12, names=["big-a"])).topics[0]
+        assert one.topic_id == topics["big-a"].topic_id and len(one.partitions) == 1500

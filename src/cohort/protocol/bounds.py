@@ -30,13 +30,14 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-_FIXED = {
+FIXED_SIZES = {
     "int8": 1, "bool": 1, "uint8": 1,
     "int16": 2, "uint16": 2, "error_code": 2,
     "int32": 4, "uint32": 4, "timedelta_i32": 4,
     "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
     "uuid": 16,
 }
+_FIXED = FIXED_SIZES
 _VARIABLE = ("string", "bytes", "records")
 
 

@@ -26,6 +26,11 @@ NO_RESPONSE: Any = object()
 """Returned by a handler when the client expects no answer (Produce with acks=0)."""
 
 
+class Encoded(bytes):
+    """A response a handler encoded itself (size prefix included), e.g. on a worker thread;
+    the writer sends it as it is."""
+
+
 class CloseConnection(Exception):
     """Raised by a handler to close the client's connection after earlier responses are sent
     (Kafka's answer to a failed acks=0 produce, which has no response to carry the error)."""

@@ -33,7 +33,7 @@ from cohort.protocol.codec import (
 from cohort.protocol.entities import error_response, has_top_level_error
 from cohort.protocol.versions import ApiCodec, VersionTable, default_table
 from cohort.server import configs, handlers
-from cohort.server.api import NO_RESPONSE, ApiTable, CloseConnection
+from cohort.server.api import NO_RESPONSE, ApiTable, CloseConnection, Encoded
 from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
 from cohort.server.waiters import AppendWaiters
 
@@ -323,7 +323,7 @@ class Server:
                     frame = None
                 elif result is NO_RESPONSE:
                     frame = b""
-                elif codec is None:
+                elif codec is None or isinstance(result, Encoded):
                     frame = result
                 else:
                     frame = self._encode(correlation_id, codec, result)

@@ -216,3 +216,12 @@ class ServerProcess:
         self._log.close()
         self.proc = None
         return code
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident set size in MiB (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
