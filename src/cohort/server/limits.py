@@ -99,6 +99,7 @@ class RequestMemory:
     def __init__(self, cap: int) -> None:
         self.cap = cap if cap >= 0 else None
         self.used = 0
+        self.waiting = 0  # readers in wait_for_room; without any, giving back is a subtraction
         self._room = asyncio.Event()
         self._room.set()
 
@@ -106,9 +107,13 @@ class RequestMemory:
         return self.cap is not None and self.used >= self.cap
 
     async def wait_for_room(self) -> None:
-        while self.full():
-            self._room.clear()
-            await self._room.wait()
+        self.waiting += 1
+        try:
+            while self.full():
+                self._room.clear()
+                await self._room.wait()
+        finally:
+            self.waiting -= 1
 
     def take(self, n: int) -> None:
         self.used += n

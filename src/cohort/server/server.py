@@ -202,10 +202,11 @@ class Server:
         As in Kafka's memory pool, a large frame waits until the request bytes held are below
         the cap, then takes its whole size at once (it may pass the cap by this one frame), so
         two half-read frames can never wait for each other. Small frames (heartbeats, metadata,
-        commits) never wait: they are counted, so large ones wait for them, but clients that
-        hold the cap with large frames cannot stall everyone else until their deadline."""
+        commits) never wait (the read loop reads them itself): they are counted, so large ones
+        wait for them, but clients that hold the cap with large frames cannot stall everyone
+        else until their deadline."""
         memory = self._memory
-        if size > _SMALL_FRAME and memory.full():
+        if memory.full():
             # Stop taking bytes from the socket meanwhile: the stream's buffer would otherwise
             # fill up to its own high-water mark on every waiting connection.
             transport = reader._transport  # noqa: SLF001 - asyncio has no public way to reach it
@@ -235,13 +236,24 @@ class Server:
             size = frame_size(prefix)
             if size < 0 or size > max_bytes:
                 raise _Close(f"frame size {size} outside 0..{max_bytes} (socket.request.max.bytes)")
-            frame = await self._read_frame(reader, size)
+            if size <= _SMALL_FRAME:  # the common case, without a coroutine of its own
+                memory.used += size
+                try:
+                    frame = await reader.readexactly(size)
+                except BaseException:
+                    memory.give_back(size)
+                    raise
+            else:
+                frame = await self._read_frame(reader, size)
             state.frame_started = None
             state.last_active = clock()
             try:
                 item = self._handle(frame, ctx, apis, table)
             finally:
-                memory.give_back(size)
+                if memory.waiting:
+                    memory.give_back(size)
+                else:
+                    memory.used -= size
             if item is not None:
                 state.pending += 1
                 await queue.put(item)
@@ -281,13 +293,10 @@ class Server:
             result = asyncio.ensure_future(result)
         return (request.correlation_id, request.codec, result)
 
-    def _encode(self, correlation_id: int, codec: ApiCodec, result: Any) -> bytes | None:
-        """The response frame, or None if it cannot be encoded and the API has no error-only
-        answer (the connection is then closed after what came before it)."""
-        try:
-            return encode_response(correlation_id, codec, result)
-        except Exception:  # noqa: BLE001 - a response that does not fit its schema is a bug
-            log.exception("cannot encode the response to api_key=%d v%d", codec.api_key, codec.version)
+    def _encode_failed(self, correlation_id: int, codec: ApiCodec) -> bytes | None:
+        """After a response failed to encode (logged here, once): an error-only answer, or None
+        if the API has none (the connection is then closed after what came before it)."""
+        log.exception("cannot encode the response to api_key=%d v%d", codec.api_key, codec.version)
         if has_top_level_error(codec.response_type):
             return encode_response(correlation_id, codec, error_response(codec.response_type, ErrorCode.unknown_server_error))
         return None
@@ -326,7 +335,10 @@ class Server:
                 elif codec is None or isinstance(result, Encoded):
                     frame = result
                 else:
-                    frame = self._encode(correlation_id, codec, result)
+                    try:
+                        frame = encode_response(correlation_id, codec, result)
+                    except Exception:  # noqa: BLE001 - a response that does not fit its schema is a bug
+                        frame = self._encode_failed(correlation_id, codec)
                 if frame is None:
                     if out:
                         writer.writelines(out)

@@ -169,9 +169,11 @@ class WireClient:
 class ServerProcess:
     """``python -m cohort.server serve`` as a child process on a free port (127.0.0.1)."""
 
-    def __init__(self, data_dir: str, *overrides: str, log_path: str | None = None) -> None:
+    def __init__(self, data_dir: str, *overrides: str, log_path: str | None = None, nofile: int | None = None) -> None:
+        """``nofile`` sets the child's open-file limit (``ulimit -n``)."""
         self.data_dir = str(data_dir)
         self.overrides = overrides
+        self.nofile = nofile
         self.log_path = log_path or os.path.join(self.data_dir, "..", "cohort-server.log")
         self.proc: subprocess.Popen | None = None
         self.port = -1
@@ -182,7 +184,14 @@ class ServerProcess:
         for o in self.overrides:
             cmd += ["-o", o]
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
+        limit = None
+        if self.nofile is not None:
+            import resource
+
+            def limit() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, preexec_fn=limit)
         deadline = time.monotonic() + timeout
         line = b""
         while time.monotonic() < deadline:
