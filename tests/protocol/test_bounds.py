@@ -134,3 +134,28 @@ def test_the_corpus_holds_real_clients_frames_for_the_hot_apis():
     # Produce, Fetch, ListOffsets, Metadata, OffsetCommit/Fetch, FindCoordinator, the classic
     # group APIs, ApiVersions, CreateTopics, ConsumerGroupHeartbeat
     assert {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 68} <= seen
+
+
+def test_a_repeated_small_body_is_checked_once_and_a_bad_one_every_time():
+    import dataclasses
+
+    from cohort.protocol.versions import VersionTable
+
+    table = VersionTable({68: ("ConsumerGroupHeartbeat", 1, 1)})
+    real = table.codec(68, 1)
+    calls = []
+
+    def counting(buf, pos, end):
+        calls.append(pos)
+        return real.check_request(buf, pos, end)
+
+    table._codecs[(68, 1)] = dataclasses.replace(real, check_request=counting, checked={})
+    frame = next(f for f in load_corpus(CORPUS) if f[:4] == b"\x00\x44\x00\x01")
+    other_corr = frame[:4] + b"\x00\x00\x30\x39" + frame[8:]
+    assert decode_request(frame, table).correlation_id != decode_request(other_corr, table).correlation_id
+    assert len(calls) == 1  # the same body with another correlation id: remembered
+    bad = frame[:-2]
+    for _ in range(2):
+        with pytest.raises(MalformedRequest):
+            decode_request(bad, table)
+    assert len(calls) == 3  # a body that failed is never remembered

@@ -23,6 +23,12 @@ _SIZE = struct.Struct(">i")
 UNSUPPORTED_VERSION = 35
 
 
+# Bodies up to this size that passed the bounds check are remembered (up to this many per API
+# version), so a repeated one (a steady heartbeat, a Metadata poll) costs a dict lookup.
+CHECKED_BODY_MAX = 256
+CHECKED_BODIES = 4096
+
+
 class MalformedRequest(ValueError):
     """The frame cannot be parsed; Kafka closes the connection in this case."""
 
@@ -111,14 +117,22 @@ def decode_request(frame: bytes, table: VersionTable) -> DecodedRequest:
     if codec is None:
         raise UnsupportedApi(api_key, version, correlation_id)
     client_id, pos = _skip_header(frame, codec.request_header_flexible)
-    try:
-        codec.check_request(frame, pos, len(frame))
-    except NullField as exc:
-        raise InvalidRequest(str(exc), api_key, version, correlation_id, codec) from None
-    except BodyError as exc:
-        raise MalformedRequest(str(exc)) from None
-    except (struct.error, IndexError):
-        raise MalformedRequest("a field runs past the end of the request") from None
+    end = len(frame)
+    small = end - pos <= CHECKED_BODY_MAX
+    if not small or frame[pos:] not in codec.checked:
+        try:
+            codec.check_request(frame, pos, end)
+        except NullField as exc:
+            raise InvalidRequest(str(exc), api_key, version, correlation_id, codec) from None
+        except BodyError as exc:
+            raise MalformedRequest(str(exc)) from None
+        except (struct.error, IndexError):
+            raise MalformedRequest("a field runs past the end of the request") from None
+        if small:
+            checked = codec.checked
+            if len(checked) >= CHECKED_BODIES:
+                checked.clear()
+            checked[frame[pos:]] = None
     try:
         body, _ = codec.read_request(frame, pos)
     except KeyError as exc:

@@ -58,6 +58,9 @@ class ApiCodec:
     request_type: type
     check_request: Callable[[Any, int, int], int]
     read_request: Callable[[Any, int], tuple[Any, int]]
+    # Small bodies that passed check_request: a steady heartbeat repeats the same bytes, and a
+    # check is a pure function of them (see codec.decode_request).
+    checked: dict[bytes, None]
     request_header_flexible: bool
     response_type: type
     write_response: Callable[[Any, Any], None]
@@ -73,6 +76,7 @@ def _build(api_key: int, version: int) -> ApiCodec:
         request_type=req,
         check_request=body_checker(req),
         read_request=entity_reader(req),
+        checked={},
         request_header_flexible=req.__header_schema__.__version__ >= 2,
         response_type=resp,
         write_response=entity_writer(resp),
