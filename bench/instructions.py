@@ -1,0 +1,123 @@
+"""Instructions `cohort serve` spends per request, counted by valgrind's callgrind: repeatable on
+a shared machine where CPU time is not (identical servers differ by 30 % in CPU per heartbeat
+here, and by about 1.5 % in instructions).
+
+Starts the broker under `valgrind --tool=callgrind` (Debian's valgrind), prepares the load,
+zeroes the counters (`callgrind_control -z`), sends the measured requests, dumps the counters
+(`callgrind_control -d`) and reports instructions per request.
+
+* **heartbeat**: 100 KIP-848 members (groups of 10) join and settle, then `--requests` steady
+  ConsumerGroupHeartbeats, one per member per round, pipelined over 4 connections.
+* **produce**: `--requests` Produce v9 requests (acks=-1), each one batch of 100 x 1 KiB records.
+
+`--src` runs another tree's broker (e.g. a `git worktree` of an older commit) for an A/B:
+
+    .venv/bin/python bench/instructions.py heartbeat|produce [--requests N] [--src DIR/src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("case", choices=["heartbeat", "produce"])
+    ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--src", default=os.path.join(HERE, "..", "src"), help="the src/ directory of the broker to measure")
+    args = ap.parse_args()
+    src = os.path.abspath(args.src)
+    sys.path.insert(0, src)
+    sys.path.insert(0, HERE)
+    os.environ["PYTHONPATH"] = src  # the broker subprocess imports this tree
+    from cohort.server import testing
+
+    tmp = tempfile.mkdtemp()
+    out = os.path.join(tmp, "callgrind.out")
+    popen = subprocess.Popen
+
+    def under_valgrind(cmd, *a, **kw):
+        if "cohort.server" in cmd:
+            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + list(cmd)
+        return popen(cmd, *a, **kw)
+
+    testing.subprocess.Popen = under_valgrind
+    srv = testing.ServerProcess(os.path.join(tmp, "data"), log_path=os.path.join(tmp, "server.log")).start(timeout=900)
+    try:
+        if args.case == "heartbeat":
+            n = heartbeat(srv, args.requests or 3000)
+        else:
+            n = produce(srv, args.requests or 500)
+    finally:
+        srv.stop(timeout=300)
+    dumps = sorted(glob.glob(out + ".*"))
+    total = next(int(line.split()[1]) for line in open(dumps[0]) if line.startswith("summary:"))
+    print(f"{args.case}: {n:,} requests, {total:,} instructions in the broker = {total / n:,.0f} per request ({src})")
+
+
+def zero(srv) -> None:
+    subprocess.run(["callgrind_control", "-z", str(srv.proc.pid)], check=True, capture_output=True)
+
+
+def dump(srv) -> None:
+    subprocess.run(["callgrind_control", "-d", str(srv.proc.pid)], check=True, capture_output=True)
+
+
+def heartbeat(srv, requests: int) -> int:
+    import heartbeats as hb
+
+    hb.setup(srv, 20)
+
+    async def run() -> int:
+        members = [hb.Member(f"g{i // 10}", f"member-{i:06d}") for i in range(100)]
+        conns, by_conn, _ = await hb.settle(srv.port, members, 4)
+        for _ in range(2):
+            await hb.round_trip_all(conns, by_conn)
+        zero(srv)
+        rounds = max(1, requests // len(members))
+        for _ in range(rounds):
+            await hb.round_trip_all(conns, by_conn)
+        dump(srv)
+        for _, writer in conns:
+            writer.close()
+        return rounds * len(members)
+
+    return asyncio.run(run())
+
+
+def produce(srv, requests: int) -> int:
+    from kio.index import load_request_schema
+
+    from cohort.protocol.entities import build, nested
+    from cohort.protocol.records import build_batch
+    from cohort.server.testing import WireClient
+
+    schema = load_request_schema(0, 9)
+    part = build(nested(nested(schema, "topic_data"), "partition_data"), index=0,
+                 records=build_batch([(None, b"x" * 1024)] * 100))
+    body = build(schema, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+                 topic_data=(build(nested(schema, "topic_data"), name="p", partition_data=(part,)),))
+    create = load_request_schema(19, 7)
+    topic = build(nested(create, "topics"), name="p", num_partitions=1, replication_factor=-1, assignments=(), configs=())
+    with WireClient(srv.port, timeout=900) as c:
+        c.request(19, 7, build(create, topics=(topic,), timeout=datetime.timedelta(seconds=30), validate_only=False))
+        for _ in range(20):
+            c.request(0, 9, body)
+        zero(srv)
+        for _ in range(requests):
+            assert c.request(0, 9, body).responses[0].partition_responses[0].error_code == 0
+        dump(srv)
+    return requests
+
+
+if __name__ == "__main__":
+    main()
