@@ -236,3 +236,14 @@ def test_a_large_metadata_answer_is_built_off_the_loop_and_complete(server):
         # a small answer is still built on the loop, and both agree
         one = c.request(3, 12, metadata(12, names=["big-a"])).topics[0]
         assert one.topic_id == topics["big-a"].topic_id and len(one.partitions) == 1500
+
+
+def test_metadata_auto_creates_many_topics_off_the_loop(server):
+    names = [f"auto-{i:03d}" for i in range(60)]
+    with WireClient(server.port, timeout=60) as c:
+        topics = c.request(3, 12, metadata(12, names=names + names[:3] + ["bad name!"], auto=True)).topics
+        by_name = {t.name: t for t in topics}
+        assert all(by_name[n].error_code == ErrorCode.none and len(by_name[n].partitions) == 1 for n in names)
+        assert by_name["bad name!"].error_code == ErrorCode.invalid_topic_exception
+        assert len(topics) == 64  # every requested entry answered, duplicates included
+        assert all(n in server.server.broker.topics for n in names)

@@ -394,9 +394,25 @@ class Broker:
 
     def auto_create(self, name: str) -> Topic | None:
         """Create ``name`` with defaults if auto-creation is on and the name is legal."""
-        if not self.config["auto.create.topics.enable"] or topic_name_error(name) or name.startswith("__"):
+        if not self.may_auto_create(name):
             return None
         return self.create_topic(name)
+
+    def may_auto_create(self, name: str) -> bool:
+        """Whether a Metadata request may create ``name``: auto-creation on, a legal name."""
+        return bool(self.config["auto.create.topics.enable"]) and not topic_name_error(name) and not name.startswith("__")
+
+    async def auto_create_async(self, name: str) -> Topic | None:
+        """:meth:`auto_create` off the event loop (:meth:`create_topic_async`); None if it may
+        not be created or another request created it first."""
+        if not self.may_auto_create(name):
+            return None
+        try:
+            return await self.create_topic_async(name)
+        except BrokerError as exc:
+            if exc.code == TOPIC_ALREADY_EXISTS:
+                return self.state.topics.get(name)
+            raise
 
     def _topics_changed(self) -> None:
         self._ids = {t.id: t.name for t in self.state.topics.values()}

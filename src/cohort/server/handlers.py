@@ -68,13 +68,39 @@ event loop for seconds; the GIL is handed back every few milliseconds meanwhile.
 def metadata(ctx: "RequestContext", req: DecodedRequest) -> Any:
     body = req.body
     broker = ctx.broker
+    entries, missing = _resolve_topics(ctx, req)
+    if getattr(body, "allow_auto_topic_creation", True):
+        missing = [name for name in missing if broker.may_auto_create(name)]
+        if missing:
+            return _metadata_after_creating(ctx, req, missing)
+    return _metadata_answer(ctx, req, entries)
+
+
+async def _metadata_after_creating(ctx: "RequestContext", req: DecodedRequest, names: list[str]) -> Any:
+    """Auto-create ``names`` (partitions made in the storage thread, as CreateTopics does, so
+    a Metadata naming many new topics does not hold the event loop), then answer."""
+    for name in dict.fromkeys(names):
+        try:
+            await ctx.broker.auto_create_async(name)
+        except BrokerError:
+            pass  # answered below as unknown
+    entries, _ = _resolve_topics(ctx, req)
+    result = _metadata_answer(ctx, req, entries)
+    return await result if asyncio.isfuture(result) or asyncio.iscoroutine(result) else result
+
+
+def _resolve_topics(ctx: "RequestContext", req: DecodedRequest) -> tuple[list[Any], list[str]]:
+    """The requested topics as entries for :func:`_metadata_response` (a Topic, or (error, name,
+    topic_id)), and the names that do not exist."""
+    body = req.body
+    broker = ctx.broker
     # v0: an empty list means all topics; v1+: null means all topics.
     if body.topics is None or (req.version == 0 and not body.topics):
         wanted = [(t.name, None) for t in broker.topics.values()]
     else:
         wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
-    allow_create = getattr(body, "allow_auto_topic_creation", True)
-    entries: list[Any] = []  # a Topic to describe, or (error, name, topic_id)
+    entries: list[Any] = []
+    missing: list[str] = []
     for name, topic_id in wanted:
         if name is None and req.version < 12:
             # Kafka: "Topic IDs are not supported in requests for version 10/11", and the
@@ -88,16 +114,17 @@ def metadata(ctx: "RequestContext", req: DecodedRequest) -> Any:
                 continue
         else:
             topic = broker.topics.get(name)
-            if topic is None and allow_create:
-                try:
-                    topic = broker.auto_create(name)
-                except BrokerError:
-                    topic = None
             if topic is None:
+                missing.append(name)
                 error = E.invalid_topic_exception if topic_name_error(name) else E.unknown_topic_or_partition
                 entries.append((error, name, NULL_UUID))
                 continue
         entries.append(topic)
+    return entries, missing
+
+
+def _metadata_answer(ctx: "RequestContext", req: DecodedRequest, entries: list[Any]) -> Any:
+    broker = ctx.broker
     args = (req.codec.response_type, entries, broker.node_id, ctx.server.advertised_host, ctx.server.port,
             broker.cluster_id)
     if sum(e.partitions for e in entries if not isinstance(e, tuple)) <= OFFLOADED_METADATA_PARTITIONS:
