@@ -154,10 +154,6 @@ class OpenFiles:
         with self._lock:
             self._lru.pop(seg, None)
 
-    def pin(self, seg: Any) -> None:
-        with self._lock:
-            seg._pins += 1
-
     def unpin(self, seg: Any) -> None:
         with self._lock:
             seg._pins -= 1

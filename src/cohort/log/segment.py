@@ -62,7 +62,7 @@ class Segment:
     @property
     def fd(self) -> int:
         """The log file's descriptor; valid until the next call that may open another segment,
-        or for as long as the segment is :meth:`pinned`."""
+        or, in a worker thread, until its :func:`fileio.worker` block ends."""
         return fileio.FILES.fd(self)
 
     def _open_fd(self) -> int:
@@ -74,13 +74,6 @@ class Segment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-    def pin(self) -> None:
-        """Keep the descriptors open until :meth:`unpin` (for use from a worker thread)."""
-        fileio.FILES.pin(self)
-
-    def unpin(self) -> None:
-        fileio.FILES.unpin(self)
 
     # --- opening ---------------------------------------------------------------------------
 
