@@ -99,7 +99,7 @@ class RequestMemory:
     def __init__(self, cap: int) -> None:
         self.cap = cap if cap >= 0 else None
         self.used = 0
-        self.waiting = 0  # readers in wait_for_room; without any, giving back is a subtraction
+        self.waiting = 0  # readers in wait_for_room: only they need waking
         self._room = asyncio.Event()
         self._room.set()
 
@@ -120,7 +120,7 @@ class RequestMemory:
 
     def give_back(self, n: int) -> None:
         self.used -= n
-        if not self.full():
+        if self.waiting and not self.full():
             self._room.set()
 
 

@@ -16,10 +16,10 @@ import logging
 import socket
 from typing import Any, Awaitable, Callable
 
-from cohort.broker import Broker
-from cohort.config import Config
 from kio.schema.errors import ErrorCode
 
+from cohort.broker import Broker
+from cohort.config import Config
 from cohort.protocol.codec import (
     API_VERSIONS_KEY,
     InvalidRequest,
@@ -196,32 +196,23 @@ class Server:
             self._refusal_logged = now
             self._refused = 0
 
-    async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
-        """Read a frame body of ``size`` bytes under ``queued.max.request.bytes``.
+    async def _wait_for_request_memory(self, reader: asyncio.StreamReader) -> None:
+        """Wait until the request bytes held are below ``queued.max.request.bytes``.
 
-        As in Kafka's memory pool, a large frame waits until the request bytes held are below
-        the cap, then takes its whole size at once (it may pass the cap by this one frame), so
-        two half-read frames can never wait for each other. Small frames (heartbeats, metadata,
-        commits) never wait (the read loop reads them itself): they are counted, so large ones
-        wait for them, but clients that hold the cap with large frames cannot stall everyone
-        else until their deadline."""
-        memory = self._memory
-        if memory.full():
-            # Stop taking bytes from the socket meanwhile: the stream's buffer would otherwise
-            # fill up to its own high-water mark on every waiting connection.
-            transport = reader._transport  # noqa: SLF001 - asyncio has no public way to reach it
-            transport.pause_reading()
-            try:
-                await memory.wait_for_room()
-            finally:
-                if not transport.is_closing():
-                    transport.resume_reading()
-        memory.take(size)
+        As in Kafka's memory pool, a large frame waits here, then takes its whole size at once
+        (it may pass the cap by this one frame), so two half-read frames can never wait for
+        each other. Small frames (heartbeats, metadata, commits) never wait: they are counted,
+        so large ones wait for them, but clients that hold the cap with large frames cannot
+        stall everyone else until their deadline."""
+        # Stop taking bytes from the socket meanwhile: the stream's buffer would otherwise fill
+        # up to its own high-water mark on every waiting connection.
+        transport = reader._transport  # noqa: SLF001 - asyncio has no public way to reach it
+        transport.pause_reading()
         try:
-            return await reader.readexactly(size)
-        except BaseException:
-            memory.give_back(size)
-            raise
+            await self._memory.wait_for_room()
+        finally:
+            if not transport.is_closing():
+                transport.resume_reading()
 
     async def _read_loop(self, reader: asyncio.StreamReader, queue: asyncio.Queue, ctx: RequestContext,
                          state: ConnectionState) -> None:
@@ -236,24 +227,20 @@ class Server:
             size = frame_size(prefix)
             if size < 0 or size > max_bytes:
                 raise _Close(f"frame size {size} outside 0..{max_bytes} (socket.request.max.bytes)")
-            if size <= _SMALL_FRAME:  # the common case, without a coroutine of its own
-                memory.used += size
-                try:
-                    frame = await reader.readexactly(size)
-                except BaseException:
-                    memory.give_back(size)
-                    raise
-            else:
-                frame = await self._read_frame(reader, size)
+            if size > _SMALL_FRAME and memory.full():
+                await self._wait_for_request_memory(reader)
+            memory.take(size)
+            try:
+                frame = await reader.readexactly(size)
+            except BaseException:
+                memory.give_back(size)
+                raise
             state.frame_started = None
             state.last_active = clock()
             try:
                 item = self._handle(frame, ctx, apis, table)
             finally:
-                if memory.waiting:
-                    memory.give_back(size)
-                else:
-                    memory.used -= size
+                memory.give_back(size)
             if item is not None:
                 state.pending += 1
                 await queue.put(item)
@@ -379,7 +366,7 @@ class Server:
                 state.task.cancel()  # a reader waiting for request memory gives its bytes back
 
 
-_SMALL_FRAME = 65536  # frames up to this size never wait for request memory
+_SMALL_FRAME = 65536  # frames up to this size never wait for request memory (and the stream's limit)
 _UNANSWERABLE: Any = object()
 
 
