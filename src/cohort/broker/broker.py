@@ -297,27 +297,40 @@ class Broker:
                 self.state.topics[name] = previous
             raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
 
-    def create_topic(self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1, internal: bool = False) -> Topic:
-        """Create a topic synchronously (auto-creation, the internal topic, tools): its
-        partitions first, then the metadata that records it."""
+    def _new_topic(self, name: str, partitions: int, configs: Mapping[str, str | None] | None,
+                   replication_factor: int, internal: bool) -> Topic:
+        """A validated topic, not yet created (raises BrokerError)."""
         partitions, resolved = self.validate_new_topic(name, partitions, replication_factor, configs or {})
         if name.startswith("__") and not internal:
             raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
-        topic = Topic(name, new_topic_id(), partitions, resolved, internal)
+        return Topic(name, new_topic_id(), partitions, resolved, internal)
+
+    def _make_logs(self, topic: Topic) -> list[PartitionLog]:
+        """:meth:`_new_logs`, or KAFKA_STORAGE_ERROR with whatever was made removed."""
         try:
-            logs = self._new_logs(topic)
+            return self._new_logs(topic)
         except OSError as exc:
             self._discard_logs(topic, [])
-            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {name!r}: {exc}") from None
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {topic.name!r}: {exc}") from None
+
+    def _serve(self, topic: Topic, logs: list[PartitionLog]) -> Topic:
+        self.state.topics[topic.name] = topic
+        for p, log in enumerate(logs):
+            self.logs[(topic.name, p)] = log
+        self._topics_changed()
+        return topic
+
+    def create_topic(self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1, internal: bool = False) -> Topic:
+        """Create a topic synchronously (auto-creation, the internal topic, tools): its
+        partitions first, then the metadata that records it."""
+        topic = self._new_topic(name, partitions, configs, replication_factor, internal)
+        logs = self._make_logs(topic)
         try:
             self._persist_topic(name, topic)
         except BrokerError:
             self._discard_logs(topic, logs)
             raise
-        for p, log in enumerate(logs):
-            self.logs[(name, p)] = log
-        self._topics_changed()
-        return topic
+        return self._serve(topic, logs)
 
     async def create_topic_async(self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None,
                                  *, replication_factor: int = -1) -> Topic:
@@ -325,19 +338,11 @@ class Broker:
         in the storage thread while the event loop serves others; the metadata file records the
         topic only once they exist, and only then is it served. A crash in between leaves
         directories that the next start removes."""
-        partitions, resolved = self.validate_new_topic(name, partitions, replication_factor, configs or {})
-        if name.startswith("__"):
-            raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
-        topic = Topic(name, new_topic_id(), partitions, resolved, False)
-        self._creating[name] = partitions
-        logs: list[PartitionLog] = []
+        topic = self._new_topic(name, partitions, configs, replication_factor, False)
+        loop = asyncio.get_running_loop()
+        self._creating[name] = topic.partitions
         try:
-            loop = asyncio.get_running_loop()
-            try:
-                logs = await loop.run_in_executor(self._storage, self._new_logs, topic)
-            except OSError as exc:
-                await loop.run_in_executor(self._storage, self._discard_logs, topic, [])
-                raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {name!r}: {exc}") from None
+            logs = await loop.run_in_executor(self._storage, self._make_logs, topic)
             self._recording[name] = topic
             try:
                 await asyncio.wrap_future(self._save())
@@ -348,11 +353,7 @@ class Broker:
                 del self._recording[name]
         finally:
             del self._creating[name]
-        self.state.topics[name] = topic
-        for p, log in enumerate(logs):
-            self.logs[(name, p)] = log
-        self._topics_changed()
-        return topic
+        return self._serve(topic, logs)
 
     def settle(self) -> None:
         """Wait for the storage thread's queued work (removal of deleted topics' files)."""
