@@ -86,7 +86,7 @@ async def _metadata_after_creating(ctx: "RequestContext", req: DecodedRequest, n
             pass  # answered below as unknown
     entries, _ = _resolve_topics(ctx, req)
     result = _metadata_answer(ctx, req, entries)
-    return await result if asyncio.isfuture(result) or asyncio.iscoroutine(result) else result
+    return await result if asyncio.iscoroutine(result) else result  # a large answer is offloaded
 
 
 def _resolve_topics(ctx: "RequestContext", req: DecodedRequest) -> tuple[list[Any], list[str]]:
