@@ -146,12 +146,10 @@ class _Gen:
         lines += ["    if pos > end:", f"        _past({entity.__name__!r})", "    return pos"]
         return "\n".join(lines) + "\n"
 
-    def _length_code(self, kind: str, nullable: bool, flexible: bool, where: str) -> list[str]:
-        """Code leaving the element count / byte length in ``n`` (or ``-1`` for an allowed null)."""
+    def _count_code(self, nullable: bool, flexible: bool, where: str) -> list[str]:
+        """Code leaving an array's element count in ``n`` (``-1`` for an allowed null)."""
         if flexible:  # a one-byte varint inline, longer ones in a call
             out = ["n = buf[pos]", "if n > 127:", "    n, pos = _uv(buf, pos, end)", "else:", "    pos += 1", "n -= 1"]
-        elif kind == "string":
-            out = ["n = _h(buf, pos)[0]", "pos += 2"]
         else:
             out = ["n = _i(buf, pos)[0]", "pos += 4"]
         out += ["if n < 0:", "    if n != -1:", f"        raise BodyError('{where}: length ' + str(n))"]
@@ -172,14 +170,14 @@ class _Gen:
         if isinstance(cls, EntityTupleField):
             inner = self.checker(cls.type_)
             size = self.min_size(cls.type_)
-            return self._length_code("array", nullable, flexible, where) + [
+            return self._count_code(nullable, flexible, where) + [
                 f"if n * {size} > end - pos:",  # also when an earlier skip went past the end
                 f"    raise BodyError('{where}: ' + str(n) + ' elements cannot fit in ' + str(end - pos) + ' bytes')",
                 "for _ in range(n):",
                 f"    pos = {inner}(buf, pos, end)",
             ]
         if isinstance(cls, PrimitiveTupleField):
-            out = self._length_code("array", nullable, flexible, where)
+            out = self._count_code(nullable, flexible, where)
             if kafka_type in _FIXED:
                 size = _FIXED[kafka_type]
                 return out + ["if n > 0:", f"    pos += n * {size}"]
