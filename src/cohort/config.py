@@ -124,6 +124,20 @@ declare("default.replication.factor", int, 1, "Replication factor reported for t
         "single node, so only 1 is accepted.", minimum=1, maximum=1, group="topics")
 declare("message.max.bytes", int, 1048588, "Largest record batch a Produce request may carry "
         "(MESSAGE_TOO_LARGE otherwise).", minimum=128, group="topics")
+declare("log.message.timestamp.type", str, "CreateTime", "Default `message.timestamp.type` of topics: "
+        "`CreateTime` keeps the producer's timestamps, `LogAppendTime` stamps each batch with the broker's "
+        "clock on append.", choices=("CreateTime", "LogAppendTime"), group="topics")
+declare("log.message.timestamp.before.max.ms", int, LONG_MAX, "Default `message.timestamp.before.max.ms`: "
+        "a CreateTime record older than this (by the broker's clock) is refused with INVALID_TIMESTAMP.",
+        minimum=0, group="topics")
+declare("log.message.timestamp.after.max.ms", int, 3600000, "Default `message.timestamp.after.max.ms`: a "
+        "CreateTime record more than this in the future is refused with INVALID_TIMESTAMP.", minimum=0,
+        group="topics")
+declare("producer.id.expiration.ms", int, 86400000, "A partition forgets an idempotent producer (its "
+        "epoch and last sequences) once its newest batch there is this old; a later batch from it is "
+        "then accepted at any sequence.", minimum=1, group="topics")
+declare("producer.id.expiration.check.interval.ms", int, 600000, "How often expired producers are "
+        "removed.", minimum=1, group="topics")
 declare("log.segment.bytes", int, 1073741824, "Size at which a partition's active segment is rolled.",
         minimum=1024, group="log")
 declare("log.open.files.max", int, 0, "Segment files held open at once across all partitions (each may "

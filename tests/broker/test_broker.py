@@ -114,8 +114,12 @@ def test_produce_validation(tmp_path):
     bad = bytearray(batch(b"x"))
     bad[-1] ^= 1
     assert b.produce("t", 0, bytes(bad)).error == codes.CORRUPT_MESSAGE
-    assert b.produce("t", 0, b"\x00" * 10).error == codes.CORRUPT_MESSAGE
-    assert b.produce("t", 0, None).error == codes.CORRUPT_MESSAGE
+    assert b.produce("t", 0, b"\x00" * 10).error == codes.INVALID_RECORD  # no whole batch in it
+    assert b.produce("t", 0, None).error == codes.INVALID_RECORD  # Kafka: "at least one record batch"
+    assert b.produce("t", 0, batch(b"x") + batch(b"y")).error == codes.INVALID_RECORD  # exactly one batch
+    old_magic = bytearray(batch(b"x"))
+    old_magic[16] = 1
+    assert b.produce("t", 0, bytes(old_magic)).error == codes.INVALID_RECORD
     assert b.produce("t", 0, batch(b"y" * 300)).error == codes.MESSAGE_TOO_LARGE
     assert b.produce(OFFSETS_TOPIC, 0, batch(b"x")).error == codes.INVALID_TOPIC_EXCEPTION
     assert b.high_watermark("t", 0) == 0  # nothing stored by any of the above

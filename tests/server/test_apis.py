@@ -148,8 +148,11 @@ def test_find_coordinator_init_producer_id_describe_cluster(server):
         assert txn.error_code == ErrorCode.coordinator_not_available
         ids = {c.request(22, 4, req(22, 4, transactional_id=None, transaction_timeout=ms(1000), producer_id=-1, producer_epoch=-1)).producer_id for _ in range(3)}
         assert len(ids) == 3
-        bump = c.request(22, 4, req(22, 4, transactional_id=None, transaction_timeout=ms(1000), producer_id=min(ids), producer_epoch=0))
-        assert (bump.producer_id, bump.producer_epoch) == (min(ids), 1)
+        # Kafka (TransactionCoordinator.handleInitProducerId): no transactional id, always a fresh id at epoch 0.
+        again = c.request(22, 4, req(22, 4, transactional_id=None, transaction_timeout=ms(1000), producer_id=min(ids), producer_epoch=0))
+        assert again.error_code == ErrorCode.none and again.producer_id not in ids and again.producer_epoch == 0
+        half = c.request(22, 4, req(22, 4, transactional_id=None, transaction_timeout=ms(1000), producer_id=min(ids), producer_epoch=-1))
+        assert half.error_code == ErrorCode.invalid_request
         dc = c.request(60, 1, req(60, 1, include_cluster_authorized_operations=False, endpoint_type=1))
         assert dc.error_code == ErrorCode.none and dc.controller_id == 1 and [b.port for b in dc.brokers] == [server.port]
         controllers = c.request(60, 1, req(60, 1, include_cluster_authorized_operations=False, endpoint_type=2))

@@ -23,10 +23,12 @@ from typing import Callable, Mapping
 
 from cohort.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog
 from cohort.broker.topics import BrokerState, MetadataStore, Topic, new_topic_id, topic_config_error, topic_name_error
+from cohort.broker.validation import RecordValidationError, TopicPolicy, validate
 from cohort.config import Config
 from cohort.log import OffsetOutOfRange, PartitionLog, compaction, fileio
+from cohort.log.producer_state import ProducerStateError
 from cohort.log.segment import now_ms
-from cohort.protocol.records import InvalidBatch, check_produce_records, iter_batches
+from cohort.protocol.records import iter_batches
 
 # Kafka error codes used by the data plane.
 NONE = 0
@@ -41,6 +43,7 @@ INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 TOPIC_ALREADY_EXISTS = 36
 KAFKA_STORAGE_ERROR = 56
+INVALID_RECORD = 87
 POLICY_VIOLATION = 44
 UNKNOWN_TOPIC_ID = 100
 
@@ -59,6 +62,10 @@ _TOPIC_OVERRIDES = {
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
     "cleanup.policy": "log.cleanup.policy",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
 }
 
 
@@ -98,6 +105,8 @@ class ProduceResult:
     base_offset: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    log_append_time: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 class Broker:
@@ -121,6 +130,7 @@ class Broker:
         self.append_listeners: list[Callable[[str, int], None]] = []
         self.topic_listeners: list[Callable[[], None]] = []
         self._ids = {t.id: t.name for t in self.state.topics.values()}
+        self._policies: dict[str, TopicPolicy] = {}
         # Topics being created: their names are taken and their partitions count against
         # max.broker.partitions, but they are not served until their logs exist durably.
         self._creating: dict[str, int] = {}
@@ -391,6 +401,7 @@ class Broker:
         self._persist_topic(name, updated)
         for p in range(topic.partitions):
             self._apply_policy(updated, self.logs[(name, p)])
+        self._policies.pop(name, None)
         return updated
 
     def auto_create(self, name: str) -> Topic | None:
@@ -416,6 +427,7 @@ class Broker:
             raise
 
     def _topics_changed(self) -> None:
+        self._policies.clear()
         self._ids = {t.id: t.name for t in self.state.topics.values()}
         self.topic_version += 1
         for cb in self.topic_listeners:
@@ -431,30 +443,48 @@ class Broker:
             return self.coordinator_log.high_watermark
         return self.logs[(name, partition)].end_offset
 
-    def produce(self, name: str, partition: int, records: bytes | None) -> ProduceResult:
+    def produce(self, name: str, partition: int, records: bytes | None, *, version: int = 9, now: int | None = None) -> ProduceResult:
+        """Validate and append a client's batch (Produce ``version``). An idempotent
+        producer's retry of one of its last five batches is answered with the original offsets
+        and not appended again."""
         topic = self.state.topics.get(name)
         log = self.logs.get((name, partition))
         if topic is None or log is None:
             return ProduceResult(UNKNOWN_TOPIC_OR_PARTITION, message=f"unknown topic-partition {name}-{partition}")
         if topic.internal:
             return ProduceResult(INVALID_TOPIC_EXCEPTION, message=f"cannot produce to internal topic {name!r}")
-        if not records:
-            return ProduceResult(CORRUPT_MESSAGE, message="no records")
-        data = bytearray(records)
+        now = now_ms() if now is None else now
+        data = bytearray(records or b"")
         try:
-            headers = check_produce_records(data)
-        except InvalidBatch as exc:
-            return ProduceResult(CORRUPT_MESSAGE, message=str(exc))
-        limit = int(topic.configs.get("max.message.bytes", self.config["message.max.bytes"]))
-        for h in headers:
-            if h.size > limit:
-                return ProduceResult(MESSAGE_TOO_LARGE, message=f"record batch of {h.size} bytes exceeds {limit}")
+            h, append_time = validate(data, version, self.topic_policy(topic), now, f"{name}-{partition}")
+        except RecordValidationError as exc:
+            return ProduceResult(exc.code, message=exc.message, record_errors=tuple(exc.record_errors))
+        if h.producer_id >= 0:
+            try:
+                dup = log.producers.check(h)
+            except ProducerStateError as exc:
+                return ProduceResult(exc.code, message=exc.message)
+            if dup is not None:
+                return ProduceResult(NONE, dup.first_offset, log.start_offset, log_append_time=dup.timestamp)
         try:
-            result = log.append(data, headers)
+            result = log.append(data, (h,))
         except OSError as exc:
             return ProduceResult(KAFKA_STORAGE_ERROR, message=f"append failed: {exc}")
         self._notify_append(name, partition)
-        return ProduceResult(NONE, result.base_offset, log.start_offset)
+        return ProduceResult(NONE, result.base_offset, log.start_offset, log_append_time=append_time)
+
+    def topic_policy(self, topic: Topic) -> TopicPolicy:
+        """What record validation needs of a topic's configs (cached until they change)."""
+        policy = self._policies.get(topic.name)
+        if policy is None:
+            policy = self._policies[topic.name] = TopicPolicy(
+                compacted="compact" in self.topic_setting(topic, "cleanup.policy").split(","),
+                log_append_time=self.topic_setting(topic, "message.timestamp.type") == "LogAppendTime",
+                before_max_ms=int(self.topic_setting(topic, "message.timestamp.before.max.ms")),
+                after_max_ms=int(self.topic_setting(topic, "message.timestamp.after.max.ms")),
+                max_message_bytes=int(self.topic_setting(topic, "max.message.bytes")),
+            )
+        return policy
 
     def _notify_append(self, name: str, partition: int) -> None:
         for cb in self.append_listeners:
@@ -509,6 +539,12 @@ class Broker:
                 self._notify_append(name, partition)
         return stats
 
+    def expire_producers(self, now: int | None = None) -> int:
+        """Forget idempotent producers idle for ``producer.id.expiration.ms`` in every log."""
+        now = now_ms() if now is None else now
+        expiration = self.config["producer.id.expiration.ms"]
+        return sum(log.producers.remove_expired(now, expiration) for log in self.logs.values())
+
     def compaction_candidates(self, now: int | None = None) -> list[tuple[str, int]]:
         """Logs with a compact policy whose dirty ratio reached ``min.cleanable.dirty.ratio``."""
         out = []
@@ -554,6 +590,8 @@ class Broker:
         cleaner_every = self.config["log.cleaner.backoff.ms"]
         next_retention = now_ms() + retention_every
         next_clean = now_ms() + cleaner_every
+        expiry_every = self.config["producer.id.expiration.check.interval.ms"]
+        next_expiry = now_ms() + expiry_every
         while True:
             await asyncio.sleep(min(1.0, retention_every / 1000, cleaner_every / 1000))
             now = now_ms()
@@ -566,6 +604,9 @@ class Broker:
             if now >= next_retention:
                 next_retention = now + retention_every
                 self.maintenance(now)
+            if now >= next_expiry:
+                next_expiry = now + expiry_every
+                self.expire_producers(now)
             if now >= next_clean and self.config["log.cleaner.enable"]:
                 next_clean = now + cleaner_every
                 for name, partition in self.compaction_candidates(now):

@@ -53,11 +53,15 @@ TOPIC_CONFIG_BROKER_DEFAULTS = {
     "max.message.bytes": "message.max.bytes",
     "index.interval.bytes": "log.index.interval.bytes",
     "flush.messages": "log.flush.interval.messages",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
 }
 _INT_TOPIC_CONFIGS = {"segment.bytes": 1024, "max.message.bytes": 0, "index.interval.bytes": 0, "retention.ms": -1,
                       "retention.bytes": -1, "segment.ms": 1, "min.insync.replicas": 1, "flush.messages": 1,
                       "flush.ms": 0, "delete.retention.ms": 0, "min.compaction.lag.ms": 0, "max.compaction.lag.ms": 1,
-                      "file.delete.delay.ms": 0, "segment.jitter.ms": 0}
+                      "file.delete.delay.ms": 0, "segment.jitter.ms": 0, "message.timestamp.before.max.ms": 0,
+                      "message.timestamp.after.max.ms": 0}
 
 
 def topic_config_error(key: str, value: str | None) -> str | None:
@@ -76,6 +80,8 @@ def topic_config_error(key: str, value: str | None) -> str | None:
                 raise ValueError
         except ValueError:
             return f"min.cleanable.dirty.ratio must be a number between 0 and 1, got {value!r}"
+    if key == "message.timestamp.type" and value is not None and value not in ("CreateTime", "LogAppendTime"):
+        return f"message.timestamp.type must be CreateTime or LogAppendTime, got {value!r}"
     if key == "cleanup.policy" and value is not None:
         if not set(value.split(",")) <= {"delete", "compact"}:
             return f"cleanup.policy must be a list of delete and compact, got {value!r}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from cohort.log import compaction, fileio
+from cohort.log.producer_state import ProducerState
 from cohort.log.segment import Segment, now_ms
 from cohort.protocol.records import BatchHeader, assign_offsets, decode_batch, read_header
 
@@ -106,6 +107,15 @@ class PartitionLog:
             fileio.fsync_dir(os.path.dirname(os.path.abspath(directory)))
         self._bases = [s.base_offset for s in self.segments]
         self.cleaned_upto = self.start_offset
+        self.producers = ProducerState(directory)
+        self._load_producer_state()
+
+    def _load_producer_state(self) -> None:
+        """The newest producer snapshot, then every batch after it (headers only)."""
+        start = self.producers.load(self.start_offset, self.end_offset)
+        if start < self.end_offset:
+            self.producers.replay(h for _, _, h in self.batches_from(start))
+        self.producers.end_offset = self.end_offset
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -134,6 +144,12 @@ class PartitionLog:
         first = active.next_offset
         nxt = assign_offsets(data, headers, first)
         active.append(data, first, nxt, max(h.max_timestamp for h in headers))
+        offset = first
+        for h in headers:
+            if h.producer_id >= 0:
+                self.producers.apply(h, offset)
+            offset += h.last_offset_delta + 1
+        self.producers.end_offset = nxt
         self._unflushed += nxt - first
         if self.flush_messages is not None and self._unflushed >= self.flush_messages:
             self.flush()
@@ -156,6 +172,7 @@ class PartitionLog:
         self._bases.append(seg.base_offset)
         self._unflushed = 0
         self._write_recovery_point(seg.base_offset)
+        self.producers.take_snapshot()  # recovery replays only what comes after it
         return seg
 
     def roll(self) -> None:
@@ -181,6 +198,7 @@ class PartitionLog:
         del self.segments[i + 1 :]
         del self._bases[i + 1 :]
         seg.truncate(pos, offset)
+        self._load_producer_state()
 
     def flush(self) -> None:
         """fsync the active segment (sealed segments were synced when rolled). If it fails,
@@ -228,6 +246,7 @@ class PartitionLog:
             self.cleaned_upto = max(self.cleaned_upto, self.start_offset)
             for seg in gone:
                 seg.remove()
+            self.producers.delete_snapshots_before(self.start_offset)
             _log.info("%s: retention deleted %d segment(s); log start offset is now %d", self.directory, doomed, self.start_offset)
         return doomed
 
@@ -317,6 +336,16 @@ class PartitionLog:
             i += 1
         return b""
 
+    def batches_from(self, offset: int):
+        """(segment, position, header) of every batch from the one holding ``offset`` on."""
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        for seg in self.segments[i:]:
+            pos = seg.find(offset)
+            if pos is None:
+                continue
+            for p, h in seg.headers(pos):
+                yield seg, p, h
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or None.
 
@@ -349,6 +378,8 @@ class PartitionLog:
         try:
             self.segments[-1].flush()
             self._write_recovery_point(self.end_offset)
+            if self.end_offset > self.start_offset:
+                self.producers.take_snapshot()
         except OSError as exc:
             _log.error("%s: fsync on close failed (%s); the next start re-checks the tail", self.directory, exc)
         for seg in self.segments:

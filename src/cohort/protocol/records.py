@@ -15,6 +15,8 @@ from typing import Iterator, Sequence
 
 from crc32c import crc32c
 
+from cohort.protocol.compression import CompressionError, compress, decompress
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes before what batchLength counts
@@ -22,6 +24,7 @@ CRC_START = 21
 _OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_FLAG = 0x08  # LogAppendTime
 TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
 NO_TIMESTAMP = -1
@@ -173,15 +176,22 @@ def build_batch(
     *,
     base_offset: int = 0,
     timestamp: int = 0,
+    timestamps: Sequence[int] | None = None,
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    compression: int = 0,
+    attributes: int = 0,
 ) -> bytes:
-    """Encode an uncompressed v2 batch of (key, value) records, all stamped ``timestamp``."""
+    """Encode a v2 batch of (key, value) records, all stamped ``timestamp`` unless
+    ``timestamps`` gives one per record; ``compression`` is a codec id (see
+    :mod:`cohort.protocol.compression`), ``attributes`` extra attribute bits."""
+    times = list(timestamps) if timestamps is not None else [timestamp] * len(records)
+    base_ts = times[0] if times else timestamp
     body = bytearray()
     for delta, (key, value) in enumerate(records):
         rec = bytearray(b"\0")  # attributes
-        _varint(0, rec)  # timestamp delta
+        _varint(times[delta] - base_ts, rec)
         _varint(delta, rec)
         for part in (key, value):
             if part is None:
@@ -192,11 +202,13 @@ def build_batch(
         _varint(0, rec)  # no headers
         _varint(len(rec), body)
         body += rec
+    if compression:
+        body = bytearray(compress(compression, bytes(body)))
     n = len(records)
     head = bytearray(
         HEADER.pack(
-            base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 0,
-            max(n - 1, 0), timestamp, timestamp, producer_id, producer_epoch, base_sequence, n,
+            base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, compression | attributes,
+            max(n - 1, 0), base_ts, max(times, default=timestamp), producer_id, producer_epoch, base_sequence, n,
         )
     )
     out = head + body
@@ -205,17 +217,24 @@ def build_batch(
 
 
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Record]:
-    """Decode the records of the (validated) uncompressed batch at ``pos``."""
+    """Decode the records of the (validated) batch at ``pos``, decompressing if needed. In a
+    LogAppendTime batch every record carries the batch's max timestamp, as in Kafka."""
     h = read_header(buf, pos)
     if h.compression:
-        raise InvalidBatch(f"compressed batches (codec {h.compression}) are not decoded here")
-    mv = memoryview(buf)[pos : pos + h.size]
-    p = HEADER_SIZE
+        try:
+            mv = memoryview(decompress(h.compression, memoryview(buf)[pos + HEADER_SIZE : pos + h.size]))
+        except CompressionError as exc:
+            raise InvalidBatch(str(exc)) from None
+        p = 0
+    else:
+        mv = memoryview(buf)[pos : pos + h.size]
+        p = HEADER_SIZE
+    append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_FLAG else None
     out = []
     for _ in range(h.record_count):
         length, p = _read_varint(mv, p)
         end = p + length
-        if end > len(mv):
+        if length < 0 or end > len(mv):
             raise InvalidBatch("record runs past the end of the batch")
         p += 1  # attributes
         ts_delta, p = _read_varint(mv, p)
@@ -226,13 +245,15 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Reco
             if n < 0:
                 parts.append(None)
             else:
+                if p + n > end:
+                    raise InvalidBatch("record key or value runs past the record")
                 parts.append(bytes(mv[p : p + n]))
                 p += n
         n_headers, p = _read_varint(mv, p)
         headers = []
         for _h in range(n_headers):
             n, p = _read_varint(mv, p)
-            hkey = bytes(mv[p : p + n]).decode()
+            hkey = bytes(mv[p : p + n]).decode(errors="replace")
             p += n
             n, p = _read_varint(mv, p)
             hval = None if n < 0 else bytes(mv[p : p + n])
@@ -240,5 +261,6 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Reco
             headers.append((hkey, hval))
         if p != end:
             raise InvalidBatch("record length does not match its contents")
-        out.append(Record(h.base_offset + off_delta, h.base_timestamp + ts_delta, parts[0], parts[1], tuple(headers)))
+        ts = h.base_timestamp + ts_delta if append_time is None else append_time
+        out.append(Record(h.base_offset + off_delta, ts, parts[0], parts[1], tuple(headers)))
     return out

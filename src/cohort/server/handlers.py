@@ -169,20 +169,26 @@ def produce(ctx: "RequestContext", req: DecodedRequest) -> Any:
     resp = req.codec.response_type
     topic_cls = nested(resp, "responses")
     part_cls = nested(topic_cls, "partition_responses")
+    error_cls = nested(part_cls, "record_errors") if has_field(part_cls, "record_errors") else None
     acks = body.acks
     topics = []
     for t in body.topic_data:
         parts = []
         for p in t.partition_data:
+            append_time, record_errors = -1, ()
             if acks not in (0, 1, -1):
                 error, base, start, msg = E.invalid_required_acks, -1, -1, f"acks={acks} is not 0, 1 or -1"
             elif body.transactional_id is not None:
                 error, base, start, msg = E.transactional_id_authorization_failed, -1, -1, "transactions are not supported"
             else:
-                r = broker.produce(t.name, p.index, p.records)
+                r = broker.produce(t.name, p.index, p.records, version=req.version)
                 error, base, start, msg = r.error, r.base_offset, r.log_start_offset, r.message
-            parts.append(build(part_cls, index=p.index, error_code=E(error), base_offset=base, log_append_time=None,
-                               log_start_offset=start, record_errors=(), error_message=msg))
+                append_time, record_errors = r.log_append_time, r.record_errors
+            parts.append(build(part_cls, index=p.index, error_code=E(error), base_offset=base,
+                               log_append_time=_millis(append_time), log_start_offset=start,
+                               record_errors=tuple(build(error_cls, batch_index=i, batch_index_error_message=m)
+                                                   for i, m in record_errors),
+                               error_message=msg))
         topics.append(build(topic_cls, name=t.name, partition_responses=tuple(parts)))
     if acks == 0:
         failed = [(t.name, p.index, p.error_code) for t in topics for p in t.partition_responses if p.error_code != E.none]
@@ -190,6 +196,13 @@ def produce(ctx: "RequestContext", req: DecodedRequest) -> Any:
             raise CloseConnection(f"acks=0 produce failed: {failed[0][0]}-{failed[0][1]}: {failed[0][2].name}")
         return NO_RESPONSE
     return build(resp, responses=tuple(topics), throttle_time=ZERO)
+
+
+def _millis(ms: int) -> datetime.datetime | None:
+    """kio's type for an int64 timestamp field (-1 is None)."""
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
 
 
 # --- Fetch ------------------------------------------------------------------------------------
@@ -385,9 +398,10 @@ def init_producer_id(ctx: "RequestContext", req: DecodedRequest) -> Any:
         return build(resp, throttle_time=ZERO, error_code=E.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
     pid = getattr(body, "producer_id", -1)
     epoch = getattr(body, "producer_epoch", -1)
-    if pid >= 0 and 0 <= epoch < 32766:
-        # An idempotent producer bumping its epoch after an error keeps its id.
-        return build(resp, throttle_time=ZERO, error_code=E.none, producer_id=pid, producer_epoch=epoch + 1)
+    if (pid == -1) != (epoch == -1):
+        return build(resp, throttle_time=ZERO, error_code=E.invalid_request, producer_id=-1, producer_epoch=-1)
+    # Without a transactional id Kafka always hands out a fresh id with epoch 0 (a producer
+    # recovering from an error with its old id and epoch gets a new id, not a bumped epoch).
     return build(resp, throttle_time=ZERO, error_code=E.none, producer_id=ctx.broker.next_producer_id(), producer_epoch=0)
 
 
