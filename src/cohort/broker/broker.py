@@ -39,6 +39,7 @@ MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 TOPIC_ALREADY_EXISTS = 36
@@ -136,6 +137,7 @@ class Broker:
         self._creating: dict[str, int] = {}
         self._recording: dict[str, Topic] = {}  # created, their metadata being written
         self._storage = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-storage")
+        self._growing = asyncio.Lock()  # one CreatePartitions at a time
         self._remove_orphans()
         for topic in self.state.topics.values():
             for p in range(topic.partitions):
@@ -189,21 +191,22 @@ class Broker:
         for p, log in enumerate(self._new_logs(topic)):
             self.logs[(topic.name, p)] = log
 
-    def _new_logs(self, topic: Topic) -> list[PartitionLog]:
-        """Open (creating where missing) the partition logs of ``topic``. Touches no broker
-        state, so it may run in the storage thread; a new log holds no file descriptor."""
+    def _new_logs(self, topic: Topic, first: int = 0) -> list[PartitionLog]:
+        """Open (creating where missing) the partition logs of ``topic`` from partition
+        ``first`` on. Touches no broker state, so it may run in the storage thread; a new log
+        holds no file descriptor."""
         logs = []
-        for p in range(topic.partitions):
+        for p in range(first, topic.partitions):
             log = PartitionLog(self._partition_dir(topic.name, p), index_interval=self.config["log.index.interval.bytes"])
             self._apply_policy(topic, log)
             logs.append(log)
         return logs
 
-    def _discard_logs(self, topic: Topic, logs: list[PartitionLog]) -> None:
+    def _discard_logs(self, topic: Topic, logs: list[PartitionLog], first: int = 0) -> None:
         """Close and remove the directories of a create that did not complete."""
         for log in logs:
             log.close()
-        for p in range(topic.partitions):
+        for p in range(first, topic.partitions):
             shutil.rmtree(self._partition_dir(topic.name, p), ignore_errors=True)
 
     def _remove_orphans(self) -> None:
@@ -315,12 +318,12 @@ class Broker:
             raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
         return Topic(name, new_topic_id(), partitions, resolved, internal)
 
-    def _make_logs(self, topic: Topic) -> list[PartitionLog]:
+    def _make_logs(self, topic: Topic, first: int = 0) -> list[PartitionLog]:
         """:meth:`_new_logs`, or KAFKA_STORAGE_ERROR with whatever was made removed."""
         try:
-            return self._new_logs(topic)
+            return self._new_logs(topic, first)
         except OSError as exc:
-            self._discard_logs(topic, [])
+            self._discard_logs(topic, [], first)
             raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {topic.name!r}: {exc}") from None
 
     def _serve(self, topic: Topic, logs: list[PartitionLog]) -> Topic:
@@ -364,6 +367,66 @@ class Broker:
         finally:
             del self._creating[name]
         return self._serve(topic, logs)
+
+    def validate_new_partitions(self, name: str, count: int, assignments: list[list[int]] | None) -> Topic:
+        """Check a CreatePartitions entry (Kafka's rules and messages); returns the topic as it
+        would be, or raises BrokerError."""
+        topic = self.state.topics.get(name)
+        if topic is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if topic.internal:
+            raise BrokerError(INVALID_PARTITIONS, f"partitions cannot be added to the internal topic {name!r}")
+        if count == topic.partitions:
+            raise BrokerError(INVALID_PARTITIONS, f"Topic already has {topic.partitions} partition(s).")
+        if count < topic.partitions:
+            raise BrokerError(INVALID_PARTITIONS, f"The topic {name} currently has {topic.partitions} partition(s); "
+                                                  f"{count} would not be an increase.")
+        additional = count - topic.partitions
+        if assignments is not None:
+            if len(assignments) != additional:
+                raise BrokerError(INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {additional} additional partition(s), "
+                                                              f"but only {len(assignments)} assignment(s) were specified.")
+            if any(list(a) != [self.node_id] for a in assignments):
+                raise BrokerError(INVALID_REPLICA_ASSIGNMENT, f"assignments must place each partition on broker {self.node_id} only")
+        per_topic = self.config["max.partitions.per.topic"]
+        if count > per_topic:
+            raise BrokerError(INVALID_PARTITIONS, f"number of partitions {count} is larger than max.partitions.per.topic ({per_topic})")
+        limit = self.config["max.broker.partitions"]
+        held = len(self.logs) + sum(self._creating.values())
+        if held + additional > limit:
+            raise BrokerError(POLICY_VIOLATION, f"{additional} more partitions would make {held + additional}, over "
+                                                f"max.broker.partitions ({limit})")
+        return dataclasses.replace(topic, partitions=count)
+
+    async def create_partitions_async(self, name: str, count: int, assignments: list[list[int]] | None = None) -> Topic:
+        """Grow a topic to ``count`` partitions: the new directories first (storage thread),
+        then the metadata, then they are served and topic listeners (the group coordinator)
+        told. A crash in between leaves directories the next start removes."""
+        async with self._growing:
+            grown = self.validate_new_partitions(name, count, assignments)
+            before = self.state.topics[name]
+            loop = asyncio.get_running_loop()
+            self._creating[name] = count - before.partitions
+            try:
+                logs = await loop.run_in_executor(self._storage, self._make_logs, grown, before.partitions)
+                if self.state.topics.get(name) is not before:  # deleted or changed meanwhile
+                    await loop.run_in_executor(self._storage, self._discard_logs, grown, logs, before.partitions)
+                    raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} changed while partitions were added")
+                self._recording[name] = grown
+                try:
+                    await asyncio.wrap_future(self._save())
+                except OSError as exc:
+                    await loop.run_in_executor(self._storage, self._discard_logs, grown, logs, before.partitions)
+                    raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist topic metadata: {exc}") from None
+                finally:
+                    del self._recording[name]
+            finally:
+                del self._creating[name]
+            self.state.topics[name] = grown
+            for p, log in enumerate(logs, start=before.partitions):
+                self.logs[(name, p)] = log
+            self._topics_changed()
+            return grown
 
     def settle(self) -> None:
         """Wait for the storage thread's queued work (removal of deleted topics' files)."""

@@ -37,6 +37,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     32: ("DescribeConfigs", 1, 4),
+    37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),

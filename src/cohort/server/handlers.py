@@ -41,6 +41,7 @@ def install(server: "Server") -> None:
     reg(2, list_offsets)
     reg(19, create_topics)
     reg(20, delete_topics)
+    reg(37, create_partitions)
     reg(22, init_producer_id)
     reg(10, find_coordinator)
     reg(60, describe_cluster)
@@ -386,6 +387,31 @@ def delete_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
             error, message = E(exc.code), exc.message
         results.append(build(result_cls, name=name, topic_id=topic_id or NULL_UUID, error_code=error, error_message=message))
     return build(resp, throttle_time=ZERO, responses=tuple(results))
+
+
+# --- CreatePartitions ------------------------------------------------------------------------
+
+
+async def create_partitions(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    body = req.body
+    broker = ctx.broker
+    result_cls = nested(req.codec.response_type, "results")
+    names = [t.name for t in body.topics]
+    results = []
+    for t in body.topics:
+        try:
+            if names.count(t.name) > 1:
+                raise BrokerError(codes.INVALID_REQUEST, "Duplicate topic name.")
+            assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+            if body.validate_only:
+                broker.validate_new_partitions(t.name, t.count, assignments)
+            else:
+                await broker.create_partitions_async(t.name, t.count, assignments)
+            error, message = E.none, None
+        except BrokerError as exc:
+            error, message = E(exc.code), exc.message
+        results.append(build(result_cls, name=t.name, error_code=error, error_message=message))
+    return build(req.codec.response_type, throttle_time=ZERO, results=tuple(results))
 
 
 # --- InitProducerId ---------------------------------------------------------------------------

