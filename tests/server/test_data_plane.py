@@ -115,3 +115,35 @@ def test_size_and_format_checks(server):
         no_seq = part(c.request(0, 9, produce(9, "small", 0, build_batch([(None, b"a")], producer_id=5, producer_epoch=0))))
         assert no_seq.error_code == ErrorCode.invalid_record
         assert end_offset(c, "small") == 0
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_list_offsets_by_timestamp_finds_the_record_inside_compressed_batches(server, codec):
+    topic = f"times-{codec}"
+    base = 1_700_000_000_000
+    with WireClient(server.port) as c:
+        new_topic(c, topic, message_timestamp_after_max_ms=str(2**62))
+        for b in range(10):
+            batch = build_batch([(None, b"r%d" % i) for i in range(b * 100, b * 100 + 100)],
+                                timestamps=[base + 10 * i for i in range(b * 100, b * 100 + 100)], compression=codec)
+            assert part(c.request(0, 9, produce(9, topic, 0, batch))).error_code == ErrorCode.none
+
+        def lookup(ts):
+            p = c.request(2, 7, list_offsets(7, topic, 0, ts)).topics[0].partitions[0]
+            return p.offset, p.timestamp
+
+        assert lookup(base + 5550) == (555, base + 5550)
+        assert lookup(base + 5551) == (556, base + 5560)  # the first record at or after
+        assert lookup(base) == (0, base)
+        assert lookup(base + 10_000) == (-1, -1)  # after every record
+        assert lookup(-3) == (999, base + 9990)  # MAX_TIMESTAMP
+
+
+def test_max_timestamp_is_the_record_holding_it(server):
+    with WireClient(server.port) as c:
+        new_topic(c, "maxts", message_timestamp_after_max_ms=str(2**62))
+        base = 1_700_000_000_000
+        batch = build_batch([(None, b"a"), (None, b"b"), (None, b"c")], timestamps=[base + 100, base + 400, base + 250], compression=1)
+        assert part(c.request(0, 9, produce(9, "maxts", 0, batch))).error_code == ErrorCode.none
+        p = c.request(2, 7, list_offsets(7, "maxts", 0, -3)).topics[0].partitions[0]
+        assert (p.offset, p.timestamp) == (1, base + 400)  # KAFKA-16310: not the batch's last offset

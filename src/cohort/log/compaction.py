@@ -242,6 +242,7 @@ def _apply(directory: str, swaps: list[dict]) -> None:
         cleaned_index = os.path.join(directory, segment_name(base, ".index.cleaned"))
         if os.path.exists(cleaned_log):
             _unlink(os.path.join(directory, segment_name(base, ".index")))  # never pair an old index with the new log
+            _unlink(os.path.join(directory, segment_name(base, ".timeindex")))  # rebuilt from the new log
             os.replace(cleaned_log, os.path.join(directory, segment_name(base, ".log")))
         if os.path.exists(cleaned_index):
             os.replace(cleaned_index, os.path.join(directory, segment_name(base, ".index")))
@@ -249,6 +250,7 @@ def _apply(directory: str, swaps: list[dict]) -> None:
             if old != base:
                 _unlink(os.path.join(directory, segment_name(old, ".log")))
                 _unlink(os.path.join(directory, segment_name(old, ".index")))
+                _unlink(os.path.join(directory, segment_name(old, ".timeindex")))
     fileio.fsync_dir(directory)
     _unlink(os.path.join(directory, MANIFEST))
     fileio.fsync_dir(directory)

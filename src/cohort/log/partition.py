@@ -22,7 +22,7 @@ from typing import Sequence
 from cohort.log import compaction, fileio
 from cohort.log.producer_state import ProducerState
 from cohort.log.segment import Segment, now_ms
-from cohort.protocol.records import BatchHeader, assign_offsets, decode_batch, read_header
+from cohort.protocol.records import BatchHeader, assign_offsets, read_header, record_times
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_INDEX_INTERVAL = 4096
@@ -82,7 +82,8 @@ class PartitionLog:
         names = os.listdir(directory)
         bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
         for name in names:  # an index whose segment was deleted just before a crash
-            if name.endswith(".index") and name[:-6] + ".log" not in names:
+            stem, dot, suffix = name.rpartition(".")
+            if suffix in ("index", "timeindex") and stem + ".log" not in names:
                 os.unlink(os.path.join(directory, name))
         self.segments: list[Segment] = []
         for i, base in enumerate(bases):
@@ -347,31 +348,52 @@ class PartitionLog:
                 yield seg, p, h
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or None.
-
-        Walks batch headers (there is no time index yet); within an uncompressed batch the
-        exact record is found, for a compressed one its first offset is returned.
-        """
+        """(offset, timestamp) of the first record at or after the log start whose timestamp is
+        >= ``timestamp``, or None. The segments' time indexes lead to one batch, which is read
+        (and decompressed) to find the record."""
         for seg in self.segments:
-            for pos, h in seg.headers():
-                if h.max_timestamp < timestamp:
+            if seg.largest_timestamp() < timestamp:
+                continue
+            found = seg.batch_for_timestamp(timestamp)
+            if found is None:
+                continue
+            for at, p, h in self._batches_at(seg, found[0]):
+                if h.max_timestamp < timestamp or h.last_offset < self.start_offset:
                     continue
-                if h.compression == 0:
-                    batch = os.pread(seg.fd, h.size, pos)
-                    for rec in decode_batch(batch):
-                        if rec.timestamp >= timestamp:
-                            return rec.offset, rec.timestamp
-                return h.base_offset, h.max_timestamp
+                for offset, ts in record_times(os.pread(at.fd, h.size, p)):
+                    if ts >= timestamp and offset >= self.start_offset:
+                        return offset, ts
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the batch with the largest max timestamp (ListOffsets -3)."""
+        """(offset, timestamp) of the first record holding the log's largest timestamp
+        (ListOffsets MAX_TIMESTAMP, as Kafka answers it since KAFKA-16310), or None if empty."""
         best = None
         for seg in self.segments:
-            for _, h in seg.headers():
-                if best is None or h.max_timestamp > best[1]:
-                    best = (h.last_offset, h.max_timestamp)
-        return best
+            ts = seg.largest_timestamp()
+            if ts >= 0 and (best is None or ts > best.largest_timestamp()):
+                best = seg
+        if best is None:
+            return None
+        target = best.largest_timestamp()
+        pos = best.find(best.offset_of_max)
+        if pos is None:
+            return None
+        for at, p, h in self._batches_at(best, pos):
+            if h.max_timestamp == target:
+                for offset, ts in record_times(os.pread(at.fd, h.size, p)):
+                    if ts == target:
+                        return offset, ts
+        return None
+
+    def _batches_at(self, seg: Segment, pos: int):
+        """(segment, position, header) from position ``pos`` of ``seg`` to the log end."""
+        i = self.segments.index(seg)
+        for p, h in seg.headers(pos):
+            yield seg, p, h
+        for later in self.segments[i + 1 :]:
+            for p, h in later.headers():
+                yield later, p, h
 
     def close(self) -> None:
         """Close every segment and checkpoint the recovery point if the data is synced."""

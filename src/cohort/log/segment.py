@@ -1,5 +1,10 @@
-"""One segment of a partition log: a ``.log`` file of whole record batches and a sparse
-``.index`` of (relative offset, file position) pairs, both named by the segment's base offset.
+"""One segment of a partition log: a ``.log`` file of whole record batches, a sparse
+``.index`` of (relative offset, file position) pairs and a sparse ``.timeindex`` of (largest
+timestamp so far, offset of the batch that set it) pairs, all named by the segment's base offset.
+
+The time index gets an entry whenever the offset index does and the largest timestamp grew, and
+a last one when the segment is sealed, so its last entry is the segment's largest timestamp (as
+in Kafka). A lookup by timestamp bisects it and reads from the batch it names.
 
 The index is an accelerator, never the source of truth: if it is missing or disagrees with the
 log it is rebuilt by scanning batch headers, and failing to write it never fails an append.
@@ -13,11 +18,13 @@ import logging
 import os
 import struct
 import time
+from array import array
 
 from cohort.log import fileio
-from cohort.protocol.records import HEADER_SIZE, InvalidBatch, check_batch, read_header
+from cohort.protocol.records import HEADER_SIZE, BatchHeader, InvalidBatch, check_batch, read_header
 
 _ENTRY = struct.Struct(">II")
+_TIME_ENTRY = struct.Struct(">qi")  # Kafka's .timeindex entry: max timestamp so far, relative offset
 _log = logging.getLogger("cohort.log")
 
 
@@ -36,6 +43,7 @@ class Segment:
         self.base_offset = base_offset
         self.log_path = os.path.join(directory, segment_name(base_offset, ".log"))
         self.index_path = os.path.join(directory, segment_name(base_offset, ".index"))
+        self.timeindex_path = os.path.join(directory, segment_name(base_offset, ".timeindex"))
         self.index_interval = index_interval
         self._pins = 0
         self._fd = -1
@@ -56,6 +64,11 @@ class Segment:
         self._idx_offsets: list[int] = []
         self._idx_positions: list[int] = []
         self._bytes_since_index = index_interval  # the first batch is always indexed
+        # The time index (absolute offsets) and the first batch holding max_timestamp.
+        self._tidx_ts = array("q")
+        self._tidx_off = array("q")
+        self.offset_of_max = -1
+        self._tindex_fd = -1
 
     # --- descriptors (opened on demand, see fileio.OpenFiles) -------------------------------
 
@@ -69,8 +82,9 @@ class Segment:
         return fileio.IO.open(self.log_path, os.O_RDWR)
 
     def _close_fds(self) -> None:
-        """Close both descriptors (the cache evicts, or the segment closes)."""
+        """Close the descriptors (the cache evicts, or the segment closes)."""
         self._close_index()
+        self._close_time_index()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -86,6 +100,7 @@ class Segment:
         since = self.index_interval  # index the first batch
         max_ts = -1
         first_ts = None
+        times = _TimeIndexBuilder()
         while pos < self.size:
             head = os.pread(self.fd, HEADER_SIZE, pos)
             try:
@@ -95,9 +110,11 @@ class Segment:
                 check_batch(os.pread(self.fd, h.size, pos))
             except InvalidBatch:
                 break
+            times.batch(h)
             if since >= self.index_interval:
                 offsets.append(h.base_offset - self.base_offset)
                 positions.append(pos)
+                times.entry()
                 since = 0
             since += h.size
             expected = h.last_offset + 1
@@ -116,6 +133,7 @@ class Segment:
         self._idx_offsets, self._idx_positions = offsets, positions
         self._bytes_since_index = since
         self._rewrite_index()
+        self._set_time_index(times)
         return truncated
 
     def load(self) -> bool:
@@ -154,11 +172,32 @@ class Segment:
             expected = h.last_offset + 1
             pos += h.size
         self.next_offset = expected
-        self.max_timestamp = None
         self.first_append_ms = self._first_append_guess(None)
         if not ok:
             self._rewrite_index()
+        self._load_time_index()
         return True
+
+    def _load_time_index(self) -> None:
+        """Trust the ``.timeindex`` if its entries are increasing and inside the segment; its
+        last entry is then the segment's largest timestamp. Otherwise it is rebuilt on first use."""
+        self.max_timestamp = None
+        try:
+            with open(self.timeindex_path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        n = len(raw) // _TIME_ENTRY.size
+        entries = [_TIME_ENTRY.unpack_from(raw, i * _TIME_ENTRY.size) for i in range(n)]
+        end = self.next_offset - self.base_offset
+        ok = bool(entries) and len(raw) % _TIME_ENTRY.size == 0 and all(0 <= o < end for _, o in entries)
+        ok = ok and all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(entries, entries[1:]))
+        if ok:
+            self._tidx_ts = array("q", (t for t, _ in entries))
+            self._tidx_off = array("q", (self.base_offset + o for _, o in entries))
+            self.max_timestamp, self.offset_of_max = entries[-1][0], self.base_offset + entries[-1][1]
+        elif self.size == 0:
+            self.max_timestamp, self.offset_of_max = -1, -1
 
     def _first_append_guess(self, first_ts: int | None) -> int | None:
         """After a restart the segment's age is taken from its first batch's timestamp (as
@@ -172,11 +211,90 @@ class Segment:
         return int(os.fstat(self.fd).st_mtime * 1000)
 
     def largest_timestamp(self) -> int:
-        """Largest batch max-timestamp in the segment (-1 if none); walks headers once for a
-        segment opened sealed."""
+        """Largest batch max-timestamp in the segment (-1 if none); a segment whose time index
+        was missing or stale has it rebuilt from the batch headers first."""
         if self.max_timestamp is None:
-            self.max_timestamp = max((h.max_timestamp for _, h in self.headers()), default=-1)
+            self._rebuild_time_index()
         return self.max_timestamp
+
+    def _rebuild_time_index(self) -> None:
+        times = _TimeIndexBuilder()
+        since = self.index_interval
+        for _, h in self.headers():
+            times.batch(h)
+            if since >= self.index_interval:
+                times.entry()
+                since = 0
+            since += h.size
+        self._set_time_index(times)
+
+    def _set_time_index(self, times: "_TimeIndexBuilder") -> None:
+        """Adopt a scan's time index, with the final entry, and write it out."""
+        times.entry()
+        self._tidx_ts, self._tidx_off = times.ts, times.off
+        self.max_timestamp, self.offset_of_max = times.max_ts, times.max_off
+        self._close_time_index()
+        self._rewrite_time_index(sync=False)
+
+    def _rewrite_time_index(self, sync: bool) -> None:
+        """Write the whole time index (best effort, like the offset index)."""
+        data = b"".join(_TIME_ENTRY.pack(t, o - self.base_offset) for t, o in zip(self._tidx_ts, self._tidx_off))
+        tmp = self.timeindex_path + ".tmp"
+        try:
+            fd = fileio.IO.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                fileio.IO.write(fd, data)
+                if sync:
+                    fileio.IO.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.timeindex_path)
+        except OSError as exc:
+            _log.warning("cannot write time index %s (%s); it will be rebuilt", self.timeindex_path, exc)
+            for path in (tmp, self.timeindex_path):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+    def _add_time_entry(self) -> None:
+        if self.max_timestamp is None or self.max_timestamp < 0:
+            return
+        if self._tidx_ts and self._tidx_ts[-1] >= self.max_timestamp:
+            return
+        self._tidx_ts.append(self.max_timestamp)
+        self._tidx_off.append(self.offset_of_max)
+        try:
+            if self._tindex_fd < 0:
+                self._tindex_fd = fileio.IO.open(self.timeindex_path, os.O_WRONLY | os.O_CREAT)
+            fileio.IO.pwrite(self._tindex_fd, _TIME_ENTRY.pack(self.max_timestamp, self.offset_of_max - self.base_offset),
+                             (len(self._tidx_ts) - 1) * _TIME_ENTRY.size)
+        except OSError as exc:
+            _log.warning("cannot extend time index %s (%s); it will be rebuilt", self.timeindex_path, exc)
+            self._close_time_index()
+            try:
+                os.unlink(self.timeindex_path)
+            except OSError:
+                pass
+
+    def _close_time_index(self) -> None:
+        if self._tindex_fd >= 0:
+            os.close(self._tindex_fd)
+            self._tindex_fd = -1
+
+    def batch_for_timestamp(self, timestamp: int) -> tuple[int, "BatchHeader"] | None:
+        """(position, header) of the first batch whose max timestamp is >= ``timestamp``: the
+        time index names a batch before which every timestamp is smaller."""
+        if self.largest_timestamp() < timestamp:
+            return None
+        i = bisect.bisect_right(self._tidx_ts, timestamp) - 1
+        pos = self.find(self._tidx_off[i]) if i >= 0 else 0
+        if pos is None:
+            return None
+        for p, h in self.headers(pos):
+            if h.max_timestamp >= timestamp:
+                return p, h
+        return None
 
     def _rebuild_index(self) -> None:
         """Recompute the index from the batch headers (the log itself is trusted here)."""
@@ -231,13 +349,16 @@ class Segment:
             except OSError:
                 pass  # the bytes past `size` are overwritten by the next append or cut by recovery
             raise
+        if self.max_timestamp is None:
+            self._rebuild_time_index()
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max = max_timestamp, first_offset
         if self._bytes_since_index >= self.index_interval:
             self._add_index_entry(first_offset - self.base_offset, pos)
+            self._add_time_entry()
         self._bytes_since_index += len(data)
         self.size += len(data)
         self.next_offset = next_offset
-        if self.max_timestamp is not None and max_timestamp > self.max_timestamp:
-            self.max_timestamp = max_timestamp
         if self.first_append_ms is None:
             self.first_append_ms = now_ms()
 
@@ -262,9 +383,13 @@ class Segment:
         fileio.IO.fsync(self.fd)
 
     def seal(self) -> None:
-        """No more appends: sync the data and release the index writer."""
+        """No more appends: sync the data, add the time index's last entry (the segment's
+        largest timestamp, which a later open trusts) and release the index writers."""
         self.flush()
         self._close_index()
+        self._add_time_entry()
+        self._close_time_index()
+        self._rewrite_time_index(sync=True)
 
     def _close_index(self) -> None:
         if self._index_fd >= 0:
@@ -329,14 +454,32 @@ class Segment:
         self._bytes_since_index = self.index_interval if not keep else pos - self._idx_positions[-1]
         self._close_index()
         self._rewrite_index()
-        if self.max_timestamp is not None:
-            self.max_timestamp = None if pos else -1
         fileio.IO.fsync(self.fd)  # memory already matches the file, even if this fails
+        self._rebuild_time_index()
 
     def remove(self) -> None:
         self.close()
-        for path in (self.log_path, self.index_path):
+        for path in (self.log_path, self.index_path, self.timeindex_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+class _TimeIndexBuilder:
+    """Time index entries from a scan of batch headers (recovery, rebuilds)."""
+
+    def __init__(self) -> None:
+        self.ts = array("q")
+        self.off = array("q")
+        self.max_ts = -1
+        self.max_off = -1
+
+    def batch(self, h: "BatchHeader") -> None:
+        if h.max_timestamp > self.max_ts:
+            self.max_ts, self.max_off = h.max_timestamp, h.base_offset
+
+    def entry(self) -> None:
+        if self.max_ts >= 0 and (not self.ts or self.ts[-1] < self.max_ts):
+            self.ts.append(self.max_ts)
+            self.off.append(self.max_off)

@@ -264,3 +264,30 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Reco
         ts = h.base_timestamp + ts_delta if append_time is None else append_time
         out.append(Record(h.base_offset + off_delta, ts, parts[0], parts[1], tuple(headers)))
     return out
+
+
+def record_times(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of the batch at ``pos``, decompressing if needed, without
+    decoding keys, values or headers (ListOffsets by timestamp reads one batch this way)."""
+    h = read_header(buf, pos)
+    if h.attributes & TIMESTAMP_TYPE_FLAG:
+        for i in range(h.record_count):  # every record has the batch's timestamp
+            yield h.base_offset + i, h.max_timestamp
+        return
+    if h.compression:
+        try:
+            mv = decompress(h.compression, memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
+        except CompressionError as exc:
+            raise InvalidBatch(str(exc)) from None
+        p = 0
+    else:
+        mv = bytes(memoryview(buf)[pos : pos + h.size])
+        p = HEADER_SIZE
+    base_ts, base = h.base_timestamp, h.base_offset
+    for _ in range(h.record_count):
+        length, p = _read_varint(mv, p)
+        end = p + length
+        ts_delta, q = _read_varint(mv, p + 1)  # after the attributes byte
+        off_delta, _ = _read_varint(mv, q)
+        yield base + off_delta, base_ts + ts_delta
+        p = end
