@@ -121,3 +121,52 @@ def test_create_partitions_errors(server):
     assert assignment.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
     a.create_partitions([NewPartitions("grow-errors", 5, replica_assignment=[[1], [1]])])["grow-errors"].result(10)
     assert len(a.list_topics("grow-errors", timeout=10).topics["grow-errors"].partitions) == 5
+
+
+def test_describe_reports_authorized_operations(server):
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    create(server, "described", 1)
+    a = admin(server)
+    t = a.describe_topics(TopicCollection(["described"]), include_authorized_operations=True)["described"].result(10)
+    assert set(t.authorized_operations) == {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
+                                            AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+                                            AclOperation.ALTER_CONFIGS}
+    plain = a.describe_topics(TopicCollection(["described"]))["described"].result(10)
+    assert not plain.authorized_operations  # not asked: Kafka's "not provided"
+    cluster = a.describe_cluster(include_authorized_operations=True).result(10)
+    assert set(cluster.authorized_operations) == {AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                                                  AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                                                  AclOperation.DESCRIBE}
+
+
+def test_delete_records_moves_the_log_start(server):
+    from confluent_kafka import TopicPartition
+
+    create(server, "trimmed", 1)
+    p = ck.Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(10):
+        p.produce("trimmed", value=b"%d" % i)
+    assert p.flush(10) == 0
+    a = admin(server)
+    done = a.delete_records([TopicPartition("trimmed", 0, 4)])
+    assert done[TopicPartition("trimmed", 0, 4)].result(10).low_watermark == 4
+    c = ck.Consumer({"bootstrap.servers": server.bootstrap, "group.id": "trim-reader", "auto.offset.reset": "earliest"})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition("trimmed", 0), timeout=10)
+        assert (low, high) == (4, 10)
+        c.assign([TopicPartition("trimmed", 0, 4)])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 6 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        assert got == [b"%d" % i for i in range(4, 10)]
+    finally:
+        c.close()
+    beyond = a.delete_records([TopicPartition("trimmed", 0, 50)])
+    with pytest.raises(ck.KafkaException) as exc:
+        beyond[TopicPartition("trimmed", 0, 50)].result(10)
+    assert exc.value.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE

@@ -148,3 +148,27 @@ def test_flush_by_messages_and_by_time(tmp_path, monkeypatch):
     log.flush()
     assert calls == [3, 4] and not log.flush_due(start + 10_000)  # nothing new since
     log.close()
+
+
+def test_delete_records_moves_the_start_durably_and_drops_whole_segments(tmp_path):
+    from cohort.log import OffsetOutOfRange, PartitionLog
+    from log_helpers import append as put
+
+    d = str(tmp_path / "p")
+    log = PartitionLog(d, segment_bytes=200)
+    for i in range(10):
+        put(log, [b"v%d" % i])
+    segments = len(log.segments)
+    assert log.delete_records(6) == 6
+    assert log.start_offset == 6 and len(log.segments) < segments
+    assert log.delete_records(3) == 6  # never moves back
+    with pytest.raises(OffsetOutOfRange):
+        log.read(5, 1000)
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records(11)
+    # a crash right after: the start offset is on disk
+    again = PartitionLog(d, segment_bytes=200)
+    assert again.start_offset == 6 and again.end_offset == 10
+    assert again.offset_for_timestamp(0)[0] == 6  # lookups start at the log start
+    again.close()
+    log.close()

@@ -147,3 +147,22 @@ def test_max_timestamp_is_the_record_holding_it(server):
         assert part(c.request(0, 9, produce(9, "maxts", 0, batch))).error_code == ErrorCode.none
         p = c.request(2, 7, list_offsets(7, "maxts", 0, -3)).topics[0].partitions[0]
         assert (p.offset, p.timestamp) == (1, base + 400)  # KAFKA-16310: not the batch's last offset
+
+
+def test_offset_for_leader_epoch(server):
+    with WireClient(server.port) as c:
+        new_topic(c, "epochs")
+        assert part(c.request(0, 9, produce(9, "epochs", 0, build_batch([(None, b"a")] * 3)))).error_code == ErrorCode.none
+
+        def ask(leader_epoch, current=-1, topic="epochs", partition=0):
+            p = sub(23, 4, "topics", "partitions", partition=partition, current_leader_epoch=current, leader_epoch=leader_epoch)
+            t = sub(23, 4, "topics", topic=topic, partitions=(p,))
+            r = c.request(23, 4, req(23, 4, replica_id=-1, topics=(t,))).topics[0].partitions[0]
+            return r.error_code, r.leader_epoch, r.end_offset
+
+        assert ask(0) == (ErrorCode.none, 0, 3)
+        assert ask(0, current=0) == (ErrorCode.none, 0, 3)
+        assert ask(5) == (ErrorCode.none, -1, -1)  # an epoch this leader never had
+        assert ask(0, current=2)[0] == ErrorCode.unknown_leader_epoch
+        assert ask(0, topic="no-such")[0] == ErrorCode.unknown_topic_or_partition
+        assert ask(0, partition=7)[0] == ErrorCode.unknown_topic_or_partition

@@ -571,6 +571,30 @@ class Broker:
             data = _clip(data, hw)
         return NONE, data
 
+    def delete_records(self, name: str, partition: int, offset: int) -> int:
+        """DeleteRecords for one partition (Kafka's rules): -1 means the high watermark; returns
+        the new low watermark or raises BrokerError."""
+        topic = self.state.topics.get(name)
+        log = self.logs.get((name, partition))
+        if topic is None or log is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if topic.internal:
+            raise BrokerError(INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {name}")
+        if "delete" not in self.topic_setting(topic, "cleanup.policy").split(","):
+            raise BrokerError(POLICY_VIOLATION, f"Records of partition {name}-{partition} can not be deleted due to the configured policy")
+        hw = self.high_watermark(name, partition)
+        if offset == -1:
+            offset = hw
+        if offset < 0 or offset > hw:
+            raise BrokerError(OFFSET_OUT_OF_RANGE, f"Cannot increment the log start offset to {offset} of partition "
+                                                   f"{name}-{partition} since it is larger than the high watermark {hw}")
+        try:
+            low = log.delete_records(offset)
+        except OSError as exc:
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot record the new log start offset: {exc}") from None
+        self._notify_append(name, partition)
+        return low
+
     def next_producer_id(self) -> int:
         """A producer id unique across restarts (ids are reserved in persisted blocks)."""
         if self._next_producer_id >= self.state.producer_id_block_end:

@@ -27,6 +27,7 @@ from cohort.protocol.records import BatchHeader, assign_offsets, read_header, re
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_INDEX_INTERVAL = 4096
 RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_FILE = "log-start-offset"  # written by DeleteRecords
 
 _log = logging.getLogger("cohort.log")
 
@@ -107,6 +108,7 @@ class PartitionLog:
             fileio.fsync_dir(directory)  # a new log's directory entries must survive a power loss too
             fileio.fsync_dir(os.path.dirname(os.path.abspath(directory)))
         self._bases = [s.base_offset for s in self.segments]
+        self._deleted_upto = min(self._read_checkpoint(LOG_START_FILE), self.end_offset)
         self.cleaned_upto = self.start_offset
         self.producers = ProducerState(directory)
         self._load_producer_state()
@@ -122,7 +124,30 @@ class PartitionLog:
 
     @property
     def start_offset(self) -> int:
-        return self.segments[0].base_offset
+        """The log start offset: the first segment's base, or beyond it after DeleteRecords."""
+        return max(self.segments[0].base_offset, self._deleted_upto)
+
+    def delete_records(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (at most the log end) durably, and drop
+        the segments wholly below it. Returns the new log start offset."""
+        if offset > self.end_offset:
+            raise OffsetOutOfRange(f"cannot delete records up to {offset}, beyond the log end {self.end_offset}")
+        if offset <= self.start_offset:
+            return self.start_offset
+        self._write_checkpoint(LOG_START_FILE, offset, sync_dir=True)
+        self._deleted_upto = offset
+        doomed = 0
+        while doomed < len(self.segments) - 1 and self.segments[doomed + 1].base_offset <= offset:
+            doomed += 1
+        if doomed:
+            gone = self.segments[:doomed]
+            del self.segments[:doomed]
+            del self._bases[:doomed]
+            for seg in gone:
+                seg.remove()
+        self.cleaned_upto = max(self.cleaned_upto, self.start_offset)
+        self.producers.delete_snapshots_before(self.segments[0].base_offset)
+        return self.start_offset
 
     @property
     def end_offset(self) -> int:
@@ -300,24 +325,34 @@ class PartitionLog:
     # --- recovery point ----------------------------------------------------------------------
 
     def _read_recovery_point(self) -> int:
+        return self._read_checkpoint(RECOVERY_POINT_FILE)
+
+    def _read_checkpoint(self, name: str) -> int:
         try:
-            with open(os.path.join(self.directory, RECOVERY_POINT_FILE), encoding="ascii") as f:
+            with open(os.path.join(self.directory, name), encoding="ascii") as f:
                 return int(f.read().strip() or 0)
         except (OSError, ValueError):
             return 0
 
+    def _write_checkpoint(self, name: str, offset: int, sync_dir: bool = False) -> None:
+        """Replace a one-number checkpoint file (raises OSError); with ``sync_dir`` the
+        rename itself is made durable before this returns."""
+        path = os.path.join(self.directory, name)
+        fd = fileio.IO.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            fileio.IO.write(fd, str(offset).encode())
+            fileio.IO.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(path + ".tmp", path)
+        if sync_dir:
+            fileio.fsync_dir(self.directory)
+
     def _write_recovery_point(self, offset: int) -> None:
         """Everything before ``offset`` is fsynced; a later open may trust those segments.
         Best effort: a stale checkpoint only makes the next recovery check more."""
-        path = os.path.join(self.directory, RECOVERY_POINT_FILE)
         try:
-            fd = fileio.IO.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                fileio.IO.write(fd, str(offset).encode())
-                fileio.IO.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(path + ".tmp", path)
+            self._write_checkpoint(RECOVERY_POINT_FILE, offset)
         except OSError as exc:
             _log.warning("%s: cannot write the recovery point (%s)", self.directory, exc)
 

@@ -16,15 +16,13 @@ from kio.schema.errors import ErrorCode
 
 from cohort.coordinator import requests as rq
 from cohort.protocol.entities import build, nested
+from cohort.protocol.operations import GROUP_OPS, NOT_REQUESTED
 
 LOADING = "the group coordinator is loading"
 ZERO = datetime.timedelta(0)
 ONE_MS = datetime.timedelta(milliseconds=1)
 NULL_UUID = uuid.UUID(int=0)
-UNKNOWN_OPS = -(2**31)
-# Kafka's AclOperation codes a group resource supports (reported when authorized operations are
-# requested; cohort has no authorizer, so everything is allowed).
-GROUP_OPS = sum(1 << op for op in (3, 6, 8, 10, 11))  # READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
+UNKNOWN_OPS = NOT_REQUESTED
 
 _ERRORS = {int(e): e for e in ErrorCode}
 

@@ -18,6 +18,7 @@ from cohort.broker import broker as codes
 from cohort.broker.topics import topic_name_error
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, has_field, nested
+from cohort.protocol.operations import CLUSTER_OPS, NOT_REQUESTED, TOPIC_OPS
 from cohort.protocol.codec import encode_response
 from cohort.server.api import NO_RESPONSE, CloseConnection, Encoded
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 ZERO = datetime.timedelta(0)
 NULL_UUID = uuid.UUID(int=0)
-UNKNOWN_OPS = -2147483648  # "authorized operations not requested"
 
 E = ErrorCode
 
@@ -42,6 +42,8 @@ def install(server: "Server") -> None:
     reg(19, create_topics)
     reg(20, delete_topics)
     reg(37, create_partitions)
+    reg(21, delete_records)
+    reg(23, offset_for_leader_epoch)
     reg(22, init_producer_id)
     reg(10, find_coordinator)
     reg(60, describe_cluster)
@@ -126,8 +128,11 @@ def _resolve_topics(ctx: "RequestContext", req: DecodedRequest) -> tuple[list[An
 
 def _metadata_answer(ctx: "RequestContext", req: DecodedRequest, entries: list[Any]) -> Any:
     broker = ctx.broker
+    body = req.body
+    topic_ops = TOPIC_OPS if getattr(body, "include_topic_authorized_operations", False) else NOT_REQUESTED
+    cluster_ops = CLUSTER_OPS if getattr(body, "include_cluster_authorized_operations", False) else NOT_REQUESTED
     args = (req.codec.response_type, entries, broker.node_id, ctx.server.advertised_host, ctx.server.port,
-            broker.cluster_id)
+            broker.cluster_id, topic_ops, cluster_ops)
     if sum(e.partitions for e in entries if not isinstance(e, tuple)) <= OFFLOADED_METADATA_PARTITIONS:
         return _metadata_response(*args)
 
@@ -137,7 +142,8 @@ def _metadata_answer(ctx: "RequestContext", req: DecodedRequest, entries: list[A
     return ctx.server.offload(build_and_encode)
 
 
-def _metadata_response(resp: type, entries: list, node: int, host: str, port: int, cluster_id: str) -> Any:
+def _metadata_response(resp: type, entries: list, node: int, host: str, port: int, cluster_id: str,
+                       topic_ops: int = NOT_REQUESTED, cluster_ops: int = NOT_REQUESTED) -> Any:
     """The Metadata answer for resolved entries; reads no broker state (it may run off the loop)."""
     topic_cls = nested(resp, "topics")
     part_cls = nested(topic_cls, "partitions")
@@ -147,7 +153,7 @@ def _metadata_response(resp: type, entries: list, node: int, host: str, port: in
         if isinstance(entry, tuple):
             error, name, topic_id = entry
             out.append(build(topic_cls, error_code=error, name=name, topic_id=topic_id, is_internal=False,
-                             partitions=(), topic_authorized_operations=UNKNOWN_OPS))
+                             partitions=(), topic_authorized_operations=NOT_REQUESTED))
             continue
         parts = tuple(
             build(part_cls, error_code=E.none, partition_index=p, leader_id=node, leader_epoch=0,
@@ -155,10 +161,10 @@ def _metadata_response(resp: type, entries: list, node: int, host: str, port: in
             for p in range(entry.partitions)
         )
         out.append(build(topic_cls, error_code=E.none, name=entry.name, topic_id=entry.id if with_ids else None,
-                         is_internal=entry.internal, partitions=parts, topic_authorized_operations=UNKNOWN_OPS))
+                         is_internal=entry.internal, partitions=parts, topic_authorized_operations=topic_ops))
     brokers = (build(nested(resp, "brokers"), node_id=node, host=host, port=port, rack=None),)
     return build(resp, throttle_time=ZERO, brokers=brokers, cluster_id=cluster_id, controller_id=node,
-                 topics=tuple(out), cluster_authorized_operations=UNKNOWN_OPS, error_code=E.none)
+                 topics=tuple(out), cluster_authorized_operations=cluster_ops, error_code=E.none)
 
 
 # --- Produce ----------------------------------------------------------------------------------
@@ -389,6 +395,56 @@ def delete_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
     return build(resp, throttle_time=ZERO, responses=tuple(results))
 
 
+# --- DeleteRecords / OffsetForLeaderEpoch ----------------------------------------------------
+
+
+def delete_records(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    broker = ctx.broker
+    resp = req.codec.response_type
+    topic_cls = nested(resp, "topics")
+    part_cls = nested(topic_cls, "partitions")
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                low, error = broker.delete_records(t.name, p.partition_index, p.offset), E.none
+            except BrokerError as exc:
+                low, error = -1, E(exc.code)
+            parts.append(build(part_cls, partition_index=p.partition_index, low_watermark=low, error_code=error))
+        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
+    return build(resp, throttle_time=ZERO, topics=tuple(topics))
+
+
+LEADER_EPOCH = 0  # a single node leads every partition in its first and only epoch
+
+
+def offset_for_leader_epoch(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    """The end offset of a leader epoch (KIP-101/320): the log end for epoch 0, undefined
+    (-1, -1) for any other; a current_leader_epoch other than 0 is fenced or unknown."""
+    broker = ctx.broker
+    resp = req.codec.response_type
+    topic_cls = nested(resp, "topics")
+    part_cls = nested(topic_cls, "partitions")
+    topics = []
+    for t in req.body.topics:
+        topic = broker.topics.get(t.topic)
+        parts = []
+        for p in t.partitions:
+            epoch, end, error = -1, -1, E.none
+            if topic is None or not 0 <= p.partition < topic.partitions:
+                error = E.unknown_topic_or_partition
+            elif p.current_leader_epoch > LEADER_EPOCH:
+                error = E.unknown_leader_epoch
+            elif 0 <= p.current_leader_epoch < LEADER_EPOCH:
+                error = E.fenced_leader_epoch
+            elif p.leader_epoch == LEADER_EPOCH:
+                epoch, end = LEADER_EPOCH, broker.high_watermark(topic.name, p.partition)
+            parts.append(build(part_cls, error_code=error, partition=p.partition, leader_epoch=epoch, end_offset=end))
+        topics.append(build(topic_cls, topic=t.topic, partitions=tuple(parts)))
+    return build(resp, throttle_time=ZERO, topics=tuple(topics))
+
+
 # --- CreatePartitions ------------------------------------------------------------------------
 
 
@@ -468,8 +524,9 @@ def describe_cluster(ctx: "RequestContext", req: DecodedRequest) -> Any:
     if endpoint_type != 1:
         return build(resp, throttle_time=ZERO, error_code=E.unsupported_endpoint_type, error_message="only broker endpoints are described",
                      endpoint_type=endpoint_type, cluster_id=ctx.broker.cluster_id, controller_id=-1, brokers=(),
-                     cluster_authorized_operations=UNKNOWN_OPS)
+                     cluster_authorized_operations=NOT_REQUESTED)
+    ops = CLUSTER_OPS if req.body.include_cluster_authorized_operations else NOT_REQUESTED
     return build(resp, throttle_time=ZERO, error_code=E.none, error_message=None, endpoint_type=1,
                  cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.node_id, brokers=brokers,
-                 cluster_authorized_operations=UNKNOWN_OPS)
+                 cluster_authorized_operations=ops)
 
