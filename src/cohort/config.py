@@ -105,6 +105,9 @@ declare("listener.port", int, 9092, "TCP port the broker listens on (`--port`); 
         minimum=0, maximum=65535, group="server")
 declare("advertised.host", str, "", "Host name given to clients in Metadata and FindCoordinator "
         "(`--advertised-host`); empty means the listen host.", group="server")
+declare("advertised.port", int, 0, "Port given to clients in Metadata, FindCoordinator and DescribeCluster "
+        "(for a broker reached through a proxy or NAT); 0 means the listen port.", minimum=0, maximum=65535,
+        group="server")
 declare("node.id", int, 1, "This broker's node id.", minimum=0, group="server")
 declare("log.dir", str, "./data", "Directory holding partition logs and topic metadata (`--data-dir`).",
         group="server")

@@ -1,8 +1,9 @@
 """Crash harness: kill -9 a `cohort serve` at random moments while confluent-kafka producers
-(acks=all) write and a consumer group member (KIP-848 protocol) commits offsets in a loop, then
+(acks=all, idempotent) write and a consumer group member (KIP-848 protocol) commits offsets in a loop, then
 restart it on the same data directory and port. After every restart:
 
-* every acknowledged record is readable at the offset it was acknowledged with;
+* every acknowledged record is readable at the offset it was acknowledged with, and none is
+  stored twice (requests the kill cut off are retried);
 * every acknowledged offset commit is returned by OffsetFetch (the value is the last
   acknowledged commit, or a later one whose answer the kill cut off);
 * the group epoch, assignment epoch, and the member's epoch and assignment (ConsumerGroupDescribe)
@@ -79,10 +80,17 @@ class Producing(threading.Thread):
 
     def __init__(self, bootstrap: str) -> None:
         super().__init__(daemon=True)
+        # Idempotent: requests cut off by a kill are retried, and the broker must store each once.
         self.producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
-                                     "message.timeout.ms": 20000, "reconnect.backoff.max.ms": 200})
+                                     "enable.idempotence": True, "message.timeout.ms": 20000,
+                                     "reconnect.backoff.max.ms": 200, "error_cb": self._error})
         self.acked: dict[tuple[int, int], bytes] = {}
+        self.fatal: list = []
         self.stopping = threading.Event()
+
+    def _error(self, err) -> None:
+        if err.fatal():
+            self.fatal.append(err)
 
     def _delivered(self, err, msg) -> None:
         if err is None:
@@ -240,6 +248,10 @@ def test_kill_9_at_random_moments_loses_nothing_acknowledged(tmp_path):
             stored = read_everything(bootstrap)
             missing = [k for k, v in acked.items() if stored.get(k) != v]
             assert not missing, f"kill {kill}: {len(missing)} acknowledged records lost or moved, e.g. {missing[:3]}"
+            values = list(stored.values())
+            duplicated = len(values) - len(set(values))
+            assert duplicated == 0, f"kill {kill}: {duplicated} records stored twice by the idempotent producer's retries"
+            assert not producing.fatal, f"kill {kill}: the idempotent producer failed: {producing.fatal[0]}"
             fetched = committed_offsets(bootstrap)
             for p, value in committing.acknowledged.items():
                 assert fetched.get(p, -1) >= value, f"kill {kill}: acknowledged commit {value} of partition {p} lost ({fetched})"

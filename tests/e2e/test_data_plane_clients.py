@@ -170,3 +170,103 @@ def test_delete_records_moves_the_log_start(server):
     with pytest.raises(ck.KafkaException) as exc:
         beyond[TopicPartition("trimmed", 0, 50)].result(10)
     assert exc.value.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WithholdingProxy:
+    """A TCP proxy in front of the broker that, while ``withholding`` is set, holds every
+    response back for ``delay`` seconds: longer than the client's request timeout, so it gives
+    up on requests the broker has already carried out and sends them again."""
+
+    def __init__(self, port, target, delay):
+        self.target, self.delay = target, delay
+        self.withholding = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.stopping = threading.Event()
+        self.sockets = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopping.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src, dst, responses):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if responses and self.withholding.is_set():
+                    time.sleep(self.delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.stopping.set()
+        self.listener.close()
+        for s in self.sockets:
+            s.close()
+
+
+def test_idempotent_producer_retrying_timed_out_requests_stores_each_record_once(tmp_path):
+    proxy_port = free_port()
+    srv = ServerProcess(tmp_path / "data", f"advertised.port={proxy_port}", "num.partitions=1",
+                        log_path=str(tmp_path / "server.log")).start()
+    proxy = WithholdingProxy(proxy_port, srv.port, delay=2.5)
+    try:
+        bootstrap = f"127.0.0.1:{proxy_port}"
+        a = AdminClient({"bootstrap.servers": bootstrap})
+        a.create_topics([NewTopic("retried", num_partitions=1, replication_factor=1)])["retried"].result(10)
+        # librdkafka's client-side timeout for a request in flight is socket.timeout.ms
+        p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         "request.timeout.ms": 1000, "socket.timeout.ms": 1000, "message.timeout.ms": 60000,
+                         "retry.backoff.ms": 100})
+        acked = []
+        p.produce("retried", value=b"warm-up", on_delivery=lambda err, m: acked.append(err))
+        assert p.flush(10) == 0 and acked == [None]
+        proxy.withholding.set()
+        total = 200
+        for i in range(total):
+            p.produce("retried", value=b"%d" % i, on_delivery=lambda err, m: acked.append(err))
+            p.poll(0)
+            time.sleep(0.01)
+        time.sleep(4)  # requests time out and are retried while responses are withheld
+        proxy.withholding.clear()
+        assert p.flush(60) == 0
+        assert len(proxy.sockets) // 2 >= 3, "the producer never timed out and reconnected"
+        assert acked.count(None) == total + 1, [e for e in acked if e is not None][:3]
+        c = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{srv.port}", "group.id": "check", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+        c.assign([ck.TopicPartition("retried", 0, 0)])
+        values = []
+        deadline = time.monotonic() + 30
+        while len(values) < total + 1 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+        time.sleep(0.5)
+        m = c.poll(0.5)
+        assert m is None or m.error() is not None, "more records stored than produced"
+        c.close()
+        assert values == [b"warm-up"] + [b"%d" % i for i in range(total)]  # each once, in order
+    finally:
+        proxy.close()
+        assert srv.stop() == 0

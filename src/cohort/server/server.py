@@ -103,6 +103,11 @@ class Server:
             return socket.getfqdn()
         return self.host
 
+    @property
+    def advertised_port(self) -> int:
+        """``advertised.port``, else the port the broker listens on."""
+        return self.config["advertised.port"] or self.port
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
