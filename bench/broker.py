@@ -6,7 +6,7 @@ produces N records, then reads them all back with a manually assigned consumer. 
 pipelined requests one connection gets, with the server's CPU time per request (a
 load-independent figure: the machine is shared).
 
-    .venv/bin/python bench/broker.py [--records 200000] [--partitions 1] [--acks all] [--compression none]
+    .venv/bin/python bench/broker.py [--records 200000] [--partitions 1] [--acks all] [--compression none] [--idempotence]
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def produce(bootstrap: str, topic: str, n: int, acks: str, compression: str) -> float:
+def produce(bootstrap: str, topic: str, n: int, acks: str, compression: str, idempotence: bool = False) -> float:
     p = ck.Producer({
         "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
+        "enable.idempotence": idempotence,
         "compression.type": compression, "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 2_000_000,
     })
@@ -106,6 +107,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--acks", default="all")
     ap.add_argument("--compression", default="none")
+    ap.add_argument("--idempotence", action="store_true", help="an idempotent producer (sequence-checked batches)")
     ap.add_argument("--requests", type=int, default=50_000, help="Metadata round trips for the request-rate phase")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cohort-bench-") as tmp:
@@ -115,7 +117,7 @@ def main() -> None:
             mb = args.records * RECORD / 1e6
             pid = srv.proc.pid
             c0 = cpu_seconds(pid)
-            t_p = produce(srv.bootstrap, "bench", args.records, args.acks, args.compression)
+            t_p = produce(srv.bootstrap, "bench", args.records, args.acks, args.compression, args.idempotence)
             c1 = cpu_seconds(pid)
             t_c = consume(srv.bootstrap, "bench", args.partitions, args.records)
             c2 = cpu_seconds(pid)
@@ -123,7 +125,8 @@ def main() -> None:
             c3 = cpu_seconds(pid)
         finally:
             srv.stop()
-    print(f"records={args.records} size={RECORD}B partitions={args.partitions} acks={args.acks} compression={args.compression}")
+    print(f"records={args.records} size={RECORD}B partitions={args.partitions} acks={args.acks} "
+          f"compression={args.compression} idempotence={args.idempotence}")
     print(f"produce: {mb / t_p:8.1f} MB/s {args.records / t_p:10.0f} records/s ({t_p:.2f} s wall, server CPU {c1 - c0:.2f} s)")
     print(f"fetch:   {mb / t_c:8.1f} MB/s {args.records / t_c:10.0f} records/s ({t_c:.2f} s wall, server CPU {c2 - c1:.2f} s)")
     per_req = (c3 - c2) / args.requests * 1e6

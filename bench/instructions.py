@@ -8,11 +8,12 @@ zeroes the counters (`callgrind_control -z`), sends the measured requests, dumps
 
 * **heartbeat**: 100 KIP-848 members (groups of 10) join and settle, then `--requests` steady
   ConsumerGroupHeartbeats, one per member per round, pipelined over 4 connections.
-* **produce**: `--requests` Produce v9 requests (acks=-1), each one batch of 100 x 1 KiB records.
+* **produce**: `--requests` Produce v9 requests (acks=-1), each one batch of 100 x 1 KiB records;
+  **produce-idempotent** the same from an idempotent producer (each batch sequence-checked).
 
 `--src` runs another tree's broker (e.g. a `git worktree` of an older commit) for an A/B:
 
-    .venv/bin/python bench/instructions.py heartbeat|produce [--requests N] [--src DIR/src]
+    .venv/bin/python bench/instructions.py heartbeat|produce|produce-idempotent [--requests N] [--src DIR/src]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("case", choices=["heartbeat", "produce"])
+    ap.add_argument("case", choices=["heartbeat", "produce", "produce-idempotent"])
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--src", default=os.path.join(HERE, "..", "src"), help="the src/ directory of the broker to measure")
     args = ap.parse_args()
@@ -56,7 +57,7 @@ def main() -> None:
         if args.case == "heartbeat":
             n = heartbeat(srv, args.requests or 3000)
         else:
-            n = produce(srv, args.requests or 500)
+            n = produce(srv, args.requests or 500, idempotent=args.case == "produce-idempotent")
     finally:
         srv.stop(timeout=300)
     dumps = sorted(glob.glob(out + ".*"))
@@ -94,7 +95,7 @@ def heartbeat(srv, requests: int) -> int:
     return asyncio.run(run())
 
 
-def produce(srv, requests: int) -> int:
+def produce(srv, requests: int, idempotent: bool = False) -> int:
     from kio.index import load_request_schema
 
     from cohort.protocol.entities import build, nested
@@ -102,19 +103,24 @@ def produce(srv, requests: int) -> int:
     from cohort.server.testing import WireClient
 
     schema = load_request_schema(0, 9)
-    part = build(nested(nested(schema, "topic_data"), "partition_data"), index=0,
-                 records=build_batch([(None, b"x" * 1024)] * 100))
-    body = build(schema, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
-                 topic_data=(build(nested(schema, "topic_data"), name="p", partition_data=(part,)),))
+
+    def body(seq: int):
+        idem = {"producer_id": 1, "producer_epoch": 0, "base_sequence": seq * 100} if idempotent else {}
+        part = build(nested(nested(schema, "topic_data"), "partition_data"), index=0,
+                     records=build_batch([(None, b"x" * 1024)] * 100, **idem))
+        return build(schema, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+                     topic_data=(build(nested(schema, "topic_data"), name="p", partition_data=(part,)),))
+
+    bodies = [body(i) for i in range(20 + requests)] if idempotent else [body(0)] * (20 + requests)
     create = load_request_schema(19, 7)
     topic = build(nested(create, "topics"), name="p", num_partitions=1, replication_factor=-1, assignments=(), configs=())
     with WireClient(srv.port, timeout=900) as c:
         c.request(19, 7, build(create, topics=(topic,), timeout=datetime.timedelta(seconds=30), validate_only=False))
-        for _ in range(20):
-            c.request(0, 9, body)
+        for i in range(20):
+            c.request(0, 9, bodies[i])
         zero(srv)
-        for _ in range(requests):
-            assert c.request(0, 9, body).responses[0].partition_responses[0].error_code == 0
+        for i in range(requests):
+            assert c.request(0, 9, bodies[20 + i]).responses[0].partition_responses[0].error_code == 0
         dump(srv)
     return requests
 
