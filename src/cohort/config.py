@@ -28,6 +28,9 @@ class Setting:
     maximum: int | float | None = None
     choices: tuple[str, ...] | None = None
     group: str = "broker"
+    # Changeable at runtime (IncrementalAlterConfigs on the broker), as in Kafka's
+    # DynamicBrokerConfig.AllDynamicConfigs.
+    dynamic: bool = False
 
     def parse(self, raw: str | Any) -> Any:
         """Convert a textual (or already typed) value, enforcing range and choices."""
@@ -88,9 +91,10 @@ def declare(
     maximum: int | float | None = None,
     choices: Iterable[str] | None = None,
     group: str = "broker",
+    dynamic: bool = False,
 ) -> Setting:
     """Register a setting (idempotent for an identical declaration)."""
-    setting = Setting(name, type, default, doc, minimum, maximum, tuple(choices) if choices else None, group)
+    setting = Setting(name, type, default, doc, minimum, maximum, tuple(choices) if choices else None, group, dynamic)
     existing = REGISTRY.get(name)
     if existing is not None and existing != setting:
         raise ValueError(f"setting {name!r} is already declared differently")
@@ -126,60 +130,60 @@ declare("auto.create.topics.enable", bool, True, "Create unknown topics (with `n
 declare("default.replication.factor", int, 1, "Replication factor reported for topics; cohort is a "
         "single node, so only 1 is accepted.", minimum=1, maximum=1, group="topics")
 declare("message.max.bytes", int, 1048588, "Largest record batch a Produce request may carry "
-        "(MESSAGE_TOO_LARGE otherwise).", minimum=128, group="topics")
+        "(MESSAGE_TOO_LARGE otherwise).", minimum=128, group="topics", dynamic=True)
 declare("log.message.timestamp.type", str, "CreateTime", "Default `message.timestamp.type` of topics: "
         "`CreateTime` keeps the producer's timestamps, `LogAppendTime` stamps each batch with the broker's "
-        "clock on append.", choices=("CreateTime", "LogAppendTime"), group="topics")
+        "clock on append.", choices=("CreateTime", "LogAppendTime"), group="topics", dynamic=True)
 declare("log.message.timestamp.before.max.ms", int, LONG_MAX, "Default `message.timestamp.before.max.ms`: "
         "a CreateTime record older than this (by the broker's clock) is refused with INVALID_TIMESTAMP.",
-        minimum=0, group="topics")
+        minimum=0, group="topics", dynamic=True)
 declare("log.message.timestamp.after.max.ms", int, 3600000, "Default `message.timestamp.after.max.ms`: a "
         "CreateTime record more than this in the future is refused with INVALID_TIMESTAMP.", minimum=0,
-        group="topics")
+        group="topics", dynamic=True)
 declare("producer.id.expiration.ms", int, 86400000, "A partition forgets an idempotent producer (its "
         "epoch and last sequences) once its newest batch there is this old; a later batch from it is "
-        "then accepted at any sequence.", minimum=1, group="topics")
+        "then accepted at any sequence.", minimum=1, group="topics", dynamic=True)
 declare("producer.id.expiration.check.interval.ms", int, 600000, "How often expired producers are "
         "removed.", minimum=1, group="topics")
 declare("log.segment.bytes", int, 1073741824, "Size at which a partition's active segment is rolled.",
-        minimum=1024, group="log")
+        minimum=1024, group="log", dynamic=True)
 declare("log.open.files.max", int, 0, "Segment files held open at once across all partitions (each may "
         "hold its log and its index descriptor); the least recently used is closed when another must "
         "open, and reopened on its next use. 0: a quarter of the process's open-file limit "
         "(`ulimit -n`), at least 16.", minimum=0, group="log")
-declare("log.index.interval.bytes", int, 4096, "Bytes between offset-index entries.", minimum=1, group="log")
+declare("log.index.interval.bytes", int, 4096, "Bytes between offset-index entries.", minimum=1, group="log", dynamic=True)
 declare("log.flush.interval.messages", int, LONG_MAX, "fsync a partition log after this many messages "
         "(the default leaves flushing to the OS, as Kafka does). Topic config `flush.messages` "
-        "overrides it. The coordinator's log is always fsynced before a response leaves.", minimum=1, group="log")
+        "overrides it. The coordinator's log is always fsynced before a response leaves.", minimum=1, group="log", dynamic=True)
 declare("offsets.topic.segment.bytes", int, 4194304, "Segment size of the `__consumer_offsets` log. Kept "
         "small (Kafka: 100 MiB) because only closed segments are compacted: the active one is replayed "
         "in full on start, so this bounds the replay beyond the live state (about 45,000 records).",
         minimum=1024, group="log")
 declare("log.flush.interval.ms", int, LONG_MAX, "fsync a partition log when this long has passed since "
         "its last fsync and it has unflushed messages (checked every second; the default leaves it "
-        "to the OS). Topic config `flush.ms` overrides it.", minimum=0, group="log")
+        "to the OS). Topic config `flush.ms` overrides it.", minimum=0, group="log", dynamic=True)
 declare("log.roll.ms", int, 604800000, "Roll a partition's active segment once its first batch is this "
-        "old, even if it is not full. Topic config `segment.ms` overrides it.", minimum=1, group="log")
+        "old, even if it is not full. Topic config `segment.ms` overrides it.", minimum=1, group="log", dynamic=True)
 declare("log.retention.ms", int, 604800000, "Delete a partition's old segments once their newest record "
         "is older than this (-1: no time limit). Topic config `retention.ms` overrides it.",
-        minimum=-1, group="log")
+        minimum=-1, group="log", dynamic=True)
 declare("log.retention.bytes", int, -1, "Delete a partition's oldest segments while it is larger than "
-        "this (-1: no size limit). Topic config `retention.bytes` overrides it.", minimum=-1, group="log")
+        "this (-1: no size limit). Topic config `retention.bytes` overrides it.", minimum=-1, group="log", dynamic=True)
 declare("log.retention.check.interval.ms", int, 300000, "How often retention is applied.", minimum=1,
         group="log")
 declare("log.cleanup.policy", str, "delete", "Default `cleanup.policy` of topics: `delete` (retention), "
         "`compact` (keep the newest record per key) or both, comma-separated. `__consumer_offsets` is "
-        "always `compact`.", choices=("delete", "compact", "compact,delete", "delete,compact"), group="log")
+        "always `compact`.", choices=("delete", "compact", "compact,delete", "delete,compact"), group="log", dynamic=True)
 declare("log.cleaner.enable", bool, True, "Run log compaction for compacted topics and `__consumer_offsets`.",
         group="log")
 declare("log.cleaner.backoff.ms", int, 15000, "How often the cleaner looks for logs to compact.",
-        minimum=1, group="log")
+        minimum=1, group="log", dynamic=True)
 declare("log.cleaner.min.cleanable.ratio", float, 0.5, "Compact a log once this share of its closed "
         "segments' bytes was written since its last compaction. Topic config "
-        "`min.cleanable.dirty.ratio` overrides it.", minimum=0.0, maximum=1.0, group="log")
+        "`min.cleanable.dirty.ratio` overrides it.", minimum=0.0, maximum=1.0, group="log", dynamic=True)
 declare("log.cleaner.delete.retention.ms", int, 86400000, "Compaction keeps a tombstone this long "
         "(by its timestamp) so readers see the delete, then drops it. Topic config "
-        "`delete.retention.ms` overrides it.", minimum=0, group="log")
+        "`delete.retention.ms` overrides it.", minimum=0, group="log", dynamic=True)
 declare("offsets.topic.roll.ms", int, 600000, "Roll the `__consumer_offsets` active segment at this age "
         "so compaction keeps the log, and the replay on start, close to the live state.", minimum=1,
         group="log")
@@ -190,22 +194,59 @@ declare("fetch.max.bytes", int, 57671680, "Upper bound on the bytes one Fetch re
         minimum=1024, group="topics")
 
 
+# Where a value comes from, in Kafka's order of precedence (DescribeConfigs' ConfigSource).
+DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = "dynamic-broker", "dynamic-default", "static", "default"
+
+
 class Config(Mapping[str, Any]):
-    """Resolved settings: defaults < properties file < overrides."""
+    """Resolved settings: defaults < properties file < overrides (the static settings), then
+    dynamic values set at runtime, cluster-wide defaults < this broker's (as Kafka's
+    DynamicBrokerConfig layers them)."""
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self._values = {s.name: s.default for s in REGISTRY.values()}
+        self._explicit: set[str] = set()
         for name, raw in (values or {}).items():
             self._values[name] = _lookup(name).parse(raw)
+            self._explicit.add(name)
+        self._dynamic: dict[str, dict[str, Any]] = {DYNAMIC_DEFAULT: {}, DYNAMIC_BROKER: {}}
+        self._effective = dict(self._values)
 
     def __getitem__(self, name: str) -> Any:
         try:
-            return self._values[name]
+            return self._effective[name]
         except KeyError:
             setting = REGISTRY.get(name)  # declared after this Config was built
             if setting is None:
                 raise
             return setting.default
+
+    def set_dynamic(self, level: str, values: Mapping[str, Any]) -> None:
+        """Replace the dynamic values of ``level`` (DYNAMIC_DEFAULT or DYNAMIC_BROKER); each
+        must be a dynamic setting with a valid value (ConfigError otherwise, nothing changed)."""
+        parsed = {}
+        for name, raw in values.items():
+            setting = _lookup(name)
+            if not setting.dynamic:
+                raise ConfigError(f"Cannot update these configs dynamically: Set({name})")
+            parsed[name] = setting.parse(raw)
+        self._dynamic[level] = parsed
+        effective = dict(self._values)
+        effective.update(self._dynamic[DYNAMIC_DEFAULT])
+        effective.update(self._dynamic[DYNAMIC_BROKER])
+        self._effective = effective
+
+    def dynamic(self, level: str) -> dict[str, Any]:
+        return dict(self._dynamic[level])
+
+    def layers(self, name: str) -> list[tuple[str, Any]]:
+        """(source, value) of every layer that defines ``name``, highest precedence first: what
+        DescribeConfigs reports as the value's source and synonyms."""
+        out = [(level, self._dynamic[level][name]) for level in (DYNAMIC_BROKER, DYNAMIC_DEFAULT) if name in self._dynamic[level]]
+        if name in self._explicit:
+            out.append((STATIC, self._values[name]))
+        out.append((DEFAULT, _lookup(name).default))
+        return out
 
     def __iter__(self):
         return iter(self._values)
@@ -298,7 +339,8 @@ def render_markdown() -> str:
         parts.append("|---|---|---|---|")
         for s in sorted(groups[group], key=lambda s: s.name):
             default = str(s.default).lower() if s.type is bool else repr(s.default) if s.type is str else s.default
-            parts.append(f"| `{s.name}` | {s.type.__name__} | `{default}` | {s.doc} |")
+            doc = s.doc + (" Dynamic: can be changed at runtime." if s.dynamic else "")
+            parts.append(f"| `{s.name}` | {s.type.__name__} | `{default}` | {doc} |")
         parts.append("")
     return "\n".join(parts)
 

@@ -270,3 +270,25 @@ def test_idempotent_producer_retrying_timed_out_requests_stores_each_record_once
     finally:
         proxy.close()
         assert srv.stop() == 0
+
+
+def test_dynamic_broker_config_with_admin_client(server):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+
+    a = admin(server)
+    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.bytes", "123456789", incremental_operation=AlterConfigOpType.SET)])
+    a.incremental_alter_configs([res])[res].result(10)
+    described = a.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
+    got = list(described.values())[0].result(10)
+    entry = got["log.retention.bytes"]
+    assert entry.value == "123456789" and entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value and not entry.is_read_only
+    assert got["node.id"].is_read_only
+    fixed = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("node.id", "5", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(ck.KafkaException) as exc:
+        a.incremental_alter_configs([fixed])[fixed].result(10)
+    assert exc.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+    undo = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
+    a.incremental_alter_configs([undo])[undo].result(10)

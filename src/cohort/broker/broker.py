@@ -22,9 +22,17 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from cohort.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog
-from cohort.broker.topics import BrokerState, MetadataStore, Topic, new_topic_id, topic_config_error, topic_name_error
+from cohort.broker.topics import (
+    TOPIC_CONFIG_BROKER_DEFAULTS,
+    BrokerState,
+    MetadataStore,
+    Topic,
+    new_topic_id,
+    topic_config_error,
+    topic_name_error,
+)
 from cohort.broker.validation import RecordValidationError, TopicPolicy, validate
-from cohort.config import Config
+from cohort.config import DYNAMIC_BROKER, DYNAMIC_DEFAULT, Config, ConfigError
 from cohort.log import OffsetOutOfRange, PartitionLog, compaction, fileio
 from cohort.log.producer_state import ProducerStateError
 from cohort.log.segment import now_ms
@@ -53,21 +61,6 @@ _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 PRODUCER_ID_BLOCK = 1000
 _NEVER = 2**62
 
-# Topic configs that override a broker setting for one topic's logs.
-_TOPIC_OVERRIDES = {
-    "segment.ms": "log.roll.ms",
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "cleanup.policy": "log.cleanup.policy",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
-    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
-}
 
 
 class BrokerError(Exception):
@@ -125,6 +118,8 @@ class Broker:
         fileio.FILES.limit = config["log.open.files.max"] or fileio.default_open_files_limit()
         self.store = MetadataStore(self.data_dir)
         self.state: BrokerState = self.store.load()
+        self.config_listeners: list[Callable[[], None]] = []
+        self._load_dynamic_configs()
         self._next_producer_id = self.state.producer_id_block_end
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.topic_version = 0
@@ -155,6 +150,61 @@ class Broker:
     def cluster_id(self) -> str:
         return self.state.cluster_id
 
+    # --- dynamic broker configs --------------------------------------------------------------
+
+    def _dynamic_level(self, resource: str) -> str:
+        return DYNAMIC_DEFAULT if resource == "" else DYNAMIC_BROKER
+
+    def _load_dynamic_configs(self) -> None:
+        """Apply the persisted dynamic configs; one that no longer parses is dropped with a
+        WARNING rather than refusing to start."""
+        for resource in ("", str(self.node_id)):
+            values = dict(self.state.broker_configs.get(resource, {}))
+            for name, text in list(values.items()):
+                try:
+                    self.config.set_dynamic(self._dynamic_level(resource), {name: text})
+                except ConfigError as exc:
+                    _log.warning("dynamic broker config %s=%r ignored: %s", name, text, exc)
+                    del values[name]
+            self.config.set_dynamic(self._dynamic_level(resource), values)
+
+    async def set_dynamic_configs(self, resource: str, values: Mapping[str, str]) -> None:
+        """Replace the dynamic configs of ``resource`` ("" = cluster default, or this node's
+        id): validated, persisted, then applied to every log and announced to
+        ``config_listeners`` (connection limits). Raises BrokerError."""
+        level = self._dynamic_level(resource)
+        before = self.config.dynamic(level)
+        try:
+            self.config.set_dynamic(level, values)
+        except ConfigError as exc:
+            raise BrokerError(INVALID_CONFIG, str(exc)) from None
+        previous = self.state.broker_configs.get(resource)
+        if values:
+            self.state.broker_configs[resource] = dict(values)
+        else:
+            self.state.broker_configs.pop(resource, None)
+        try:
+            await asyncio.wrap_future(self._save())
+        except OSError as exc:
+            if previous is None:
+                self.state.broker_configs.pop(resource, None)
+            else:
+                self.state.broker_configs[resource] = previous
+            self.config.set_dynamic(level, before)
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot persist broker configs: {exc}") from None
+        self.reconfigure()
+
+    def reconfigure(self) -> None:
+        """Apply the current settings to every log and tell the listeners (after a change)."""
+        self._policies.clear()
+        for (name, _), log in self.logs.items():
+            topic = self.state.topics.get(name)
+            if topic is not None:
+                self._apply_policy(topic, log)
+                log.index_interval = int(self.topic_setting(topic, "index.interval.bytes"))
+        for cb in self.config_listeners:
+            cb()
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     def _partition_dir(self, name: str, partition: int) -> str:
@@ -170,7 +220,7 @@ class Broker:
             return str(self.config["offsets.topic.segment.bytes" if topic.internal else "log.segment.bytes"])
         if topic.internal and key == "segment.ms":
             return str(self.config["offsets.topic.roll.ms"])
-        return str(self.config[_TOPIC_OVERRIDES[key]])
+        return str(self.config[TOPIC_CONFIG_BROKER_DEFAULTS[key]])
 
     def _apply_policy(self, topic: Topic, log: PartitionLog) -> None:
         """Set a log's roll / flush / retention knobs from the topic's configs (None = off)."""
@@ -197,7 +247,7 @@ class Broker:
         holds no file descriptor."""
         logs = []
         for p in range(first, topic.partitions):
-            log = PartitionLog(self._partition_dir(topic.name, p), index_interval=self.config["log.index.interval.bytes"])
+            log = PartitionLog(self._partition_dir(topic.name, p), index_interval=int(self.topic_setting(topic, "index.interval.bytes")))
             self._apply_policy(topic, log)
             logs.append(log)
         return logs
@@ -286,7 +336,8 @@ class Broker:
         """What the metadata file should hold now: the served topics and those being recorded."""
         topics = dict(self.state.topics)
         topics.update(self._recording)
-        return BrokerState(self.state.cluster_id, topics, self.state.producer_id_block_end)
+        return BrokerState(self.state.cluster_id, topics, self.state.producer_id_block_end,
+                           {k: dict(v) for k, v in self.state.broker_configs.items()})
 
     def _save(self) -> concurrent.futures.Future:
         """Write the metadata file in the storage thread. Every write goes through that one
@@ -674,12 +725,13 @@ class Broker:
         every ``log.retention.check.interval.ms`` for retention, every
         ``log.cleaner.backoff.ms`` for compaction."""
         retention_every = self.config["log.retention.check.interval.ms"]
-        cleaner_every = self.config["log.cleaner.backoff.ms"]
         next_retention = now_ms() + retention_every
-        next_clean = now_ms() + cleaner_every
+        next_clean = now_ms() + self.config["log.cleaner.backoff.ms"]
         expiry_every = self.config["producer.id.expiration.check.interval.ms"]
         next_expiry = now_ms() + expiry_every
         while True:
+            cleaner_every = self.config["log.cleaner.backoff.ms"]  # dynamic: read each round
+            next_clean = min(next_clean, now_ms() + cleaner_every)
             await asyncio.sleep(min(1.0, retention_every / 1000, cleaner_every / 1000))
             now = now_ms()
             for log in self.logs.values():

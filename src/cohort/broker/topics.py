@@ -47,12 +47,19 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "unclean.leader.election.enable": "false",
 }
 TOPIC_CONFIGS = frozenset(TOPIC_CONFIG_DEFAULTS)
-# Topic configs whose default comes from a broker setting.
+# Topic configs whose default comes from a broker setting (Kafka's ServerTopicConfigSynonyms).
 TOPIC_CONFIG_BROKER_DEFAULTS = {
     "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
     "max.message.bytes": "message.max.bytes",
     "index.interval.bytes": "log.index.interval.bytes",
     "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
     "message.timestamp.type": "log.message.timestamp.type",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
@@ -143,6 +150,9 @@ class BrokerState:
     cluster_id: str
     topics: dict[str, Topic]
     producer_id_block_end: int = 0
+    # Dynamic broker configs as set by IncrementalAlterConfigs, by Kafka's resource name:
+    # "" for the cluster-wide defaults, a node id for that broker's own.
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class MetadataStore:
@@ -159,7 +169,8 @@ class MetadataStore:
         except (ValueError, UnicodeDecodeError) as exc:
             raise OSError(f"{self.path} is not valid JSON ({exc}); refusing to start") from None
         topics = [Topic.from_json(t) for t in raw.get("topics", [])]
-        return BrokerState(raw["cluster_id"], {t.name: t for t in topics}, int(raw.get("producer_id_block_end", 0)))
+        configs = {str(k): {str(n): str(v) for n, v in d.items()} for k, d in raw.get("broker_configs", {}).items()}
+        return BrokerState(raw["cluster_id"], {t.name: t for t in topics}, int(raw.get("producer_id_block_end", 0)), configs)
 
     def save(self, state: BrokerState) -> None:
         data = json.dumps(
@@ -167,6 +178,7 @@ class MetadataStore:
                 "version": 1,
                 "cluster_id": state.cluster_id,
                 "producer_id_block_end": state.producer_id_block_end,
+                "broker_configs": state.broker_configs,
                 "topics": [t.to_json() for t in sorted(state.topics.values(), key=lambda t: t.name)],
             },
         ).encode()

@@ -1,7 +1,7 @@
 """DescribeConfigs and IncrementalAlterConfigs, dispatched by resource type.
 
-The core serves TOPIC (dynamic, persisted with the topic) and BROKER (the static settings,
-read-only). Other resource types plug in through ``Server.config_resources``: the group
+The core serves TOPIC (dynamic, persisted with the topic) and BROKER (every setting with its
+source; those Kafka makes dynamic can be changed at runtime, the rest are read-only). Other resource types plug in through ``Server.config_resources``: the group
 coordinator adapter registers a provider for GROUP (32) resources, the dynamic group configs.
 """
 
@@ -17,16 +17,22 @@ from kio.schema.errors import ErrorCode
 from cohort.broker import BrokerError
 from cohort.broker import broker as codes
 from cohort.broker.topics import TOPIC_CONFIG_BROKER_DEFAULTS, TOPIC_CONFIG_DEFAULTS, topic_config_error
-from cohort.config import REGISTRY
+from cohort import config
+from cohort.config import REGISTRY, ConfigError
+from cohort.server.limits import parse_overrides
 from cohort.protocol import DecodedRequest
-from cohort.protocol.entities import build, nested
+from cohort.protocol.entities import build, has_field, nested
 
 if TYPE_CHECKING:
     from cohort.server.server import RequestContext, Server
 
 TOPIC, BROKER, GROUP = 2, 4, 32
 # Kafka's ConfigSource values.
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 4, 5
+GROUP_CONFIG = 8
+_SOURCES = {config.DYNAMIC_BROKER: DYNAMIC_BROKER_CONFIG, config.DYNAMIC_DEFAULT: DYNAMIC_DEFAULT_BROKER_CONFIG,
+            config.STATIC: STATIC_BROKER_CONFIG, config.DEFAULT: DEFAULT_CONFIG}
+_LIST_SETTINGS = {"log.cleanup.policy"}  # APPEND / SUBTRACT apply to list-typed configs only
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _ZERO = datetime.timedelta(0)
 
@@ -39,6 +45,8 @@ class ConfigEntry:
     read_only: bool = False
     sensitive: bool = False
     documentation: str | None = None
+    # (name, value, source) of every level defining it, highest precedence first
+    synonyms: tuple[tuple[str, str | None, int], ...] = ()
 
 
 class ConfigProvider(Protocol):
@@ -68,16 +76,21 @@ class TopicConfigs:
         return topic
 
     def describe(self, name: str) -> list[ConfigEntry]:
+        """Every topic config with its value and source: the topic's own, else the broker
+        setting behind it (dynamic, static or default), else Kafka's default."""
         topic = self._topic(name)
         out = []
         for key, default in sorted(TOPIC_CONFIG_DEFAULTS.items()):
+            synonyms = []
             if key in topic.configs:
-                out.append(ConfigEntry(key, topic.configs[key], DYNAMIC_TOPIC_CONFIG))
-            elif key in TOPIC_CONFIG_BROKER_DEFAULTS:
-                setting = TOPIC_CONFIG_BROKER_DEFAULTS[key]
-                out.append(ConfigEntry(key, str(self.broker.config[setting]), STATIC_BROKER_CONFIG))
+                synonyms.append((key, topic.configs[key], DYNAMIC_TOPIC_CONFIG))
+            setting = TOPIC_CONFIG_BROKER_DEFAULTS.get(key)
+            if setting is not None:
+                synonyms += [(setting, _text(v), _SOURCES[src]) for src, v in self.broker.config.layers(setting)]
             else:
-                out.append(ConfigEntry(key, default, DEFAULT_CONFIG))
+                synonyms.append((key, default, DEFAULT_CONFIG))
+            _, value, source = synonyms[0]
+            out.append(ConfigEntry(key, value, source, synonyms=tuple(synonyms)))
         return out
 
     def alter(self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool) -> None:
@@ -112,26 +125,78 @@ class TopicConfigs:
 
 
 class BrokerConfigs:
-    """The broker's settings, read-only (cohort has no dynamic broker configs)."""
+    """The broker's settings. Those Kafka lets operators change live are dynamic here too:
+    IncrementalAlterConfigs on resource "" sets cluster-wide defaults, on this node's id the
+    broker's own; both persist and apply at once. The others are read-only."""
 
     def __init__(self, server: "Server") -> None:
         self.server = server
 
-    def describe(self, name: str) -> list[ConfigEntry]:
+    def _check_name(self, name: str) -> None:
         if name not in ("", str(self.server.broker.node_id)):
             raise BrokerError(codes.INVALID_REQUEST, f"no broker {name!r}; this is broker {self.server.broker.node_id}")
-        config = self.server.config
+
+    def describe(self, name: str) -> list[ConfigEntry]:
+        """This node: every setting with its effective value and source. "": the dynamic
+        cluster-wide defaults only (as Kafka describes the default broker resource)."""
+        self._check_name(name)
+        cfg = self.server.config
+        if name == "":
+            return [ConfigEntry(key, _text(value), DYNAMIC_DEFAULT_BROKER_CONFIG, documentation=REGISTRY[key].doc,
+                                synonyms=((key, _text(value), DYNAMIC_DEFAULT_BROKER_CONFIG),))
+                    for key, value in sorted(cfg.dynamic(config.DYNAMIC_DEFAULT).items())]
         out = []
         for key in sorted(REGISTRY):
             setting = REGISTRY[key]
-            value = config[key]
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            source = DEFAULT_CONFIG if value == setting.default else STATIC_BROKER_CONFIG
-            out.append(ConfigEntry(key, text, source, read_only=True, documentation=setting.doc))
+            layers = [(key, _text(v), _SOURCES[src]) for src, v in cfg.layers(key)]
+            out.append(ConfigEntry(key, layers[0][1], layers[0][2], read_only=not setting.dynamic,
+                                   documentation=setting.doc, synonyms=tuple(layers)))
         return out
 
-    def alter(self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool) -> None:
-        raise BrokerError(codes.INVALID_REQUEST, "broker settings are static in cohort; restart with new values")
+    async def alter(self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool) -> None:
+        self._check_name(name)
+        broker = self.server.broker
+        level = config.DYNAMIC_DEFAULT if name == "" else config.DYNAMIC_BROKER
+        values = {k: _text(v) for k, v in self.server.config.dynamic(level).items()}
+        fixed = sorted(k for k, _, _ in ops if k in REGISTRY and not REGISTRY[k].dynamic)
+        if fixed:
+            raise BrokerError(codes.INVALID_CONFIG, f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+        for key, op, value in ops:
+            if key not in REGISTRY:
+                raise BrokerError(codes.INVALID_CONFIG, f"Unknown broker config {key!r}")
+            if op == SET:
+                if value is None:
+                    raise BrokerError(codes.INVALID_REQUEST, f"Null value not supported for : {key}")
+                values[key] = value
+            elif op == DELETE:
+                values.pop(key, None)
+            elif op in (APPEND, SUBTRACT):
+                if key not in _LIST_SETTINGS:
+                    raise BrokerError(codes.INVALID_CONFIG, f"Config value append is not allowed for config key: {key}"
+                                      if op == APPEND else f"Config value subtract is not allowed for config key: {key}")
+                items = [x for x in values.get(key, _text(self.server.config[key])).split(",") if x]
+                for item in (value or "").split(","):
+                    if op == APPEND and item and item not in items:
+                        items.append(item)
+                    elif op == SUBTRACT and item in items:
+                        items.remove(item)
+                values[key] = ",".join(items)
+            else:
+                raise BrokerError(codes.INVALID_REQUEST, f"unknown config operation {op}")
+        try:
+            for key, text in values.items():
+                REGISTRY[key].parse(text)
+            if "max.connections.per.ip.overrides" in values:
+                parse_overrides(values["max.connections.per.ip.overrides"])
+        except ConfigError as exc:
+            raise BrokerError(codes.INVALID_CONFIG, str(exc)) from None
+        if not validate_only:
+            await broker.set_dynamic_configs(name, values)
+
+
+def _text(value: Any) -> str:
+    """A setting's value as DescribeConfigs shows it (booleans in Kafka's lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def describe_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
@@ -140,6 +205,9 @@ def describe_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
     result_cls = nested(resp, "results")
     entry_cls = nested(result_cls, "configs")
     docs = getattr(body, "include_documentation", False)
+    synonyms = getattr(body, "include_synonyms", False)
+    synonym_cls = nested(entry_cls, "synonyms") if has_field(entry_cls, "synonyms") else None
+    synonyms = synonyms and synonym_cls is not None
     results = []
     for r in body.resources:
         provider = ctx.server.config_resources.get(r.resource_type)
@@ -151,7 +219,9 @@ def describe_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
             keys = r.configuration_keys
             entries = tuple(
                 build(entry_cls, name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                      is_default=e.source == DEFAULT_CONFIG, is_sensitive=e.sensitive, synonyms=(), config_type=0,
+                      is_default=e.source == DEFAULT_CONFIG, is_sensitive=e.sensitive,
+                      synonyms=tuple(build(synonym_cls, name=n, value=v, source=src) for n, v, src in e.synonyms)
+                      if synonyms else (), config_type=0,
                       documentation=e.documentation if docs else None)
                 for e in found if keys is None or e.name in keys
             )

@@ -21,11 +21,12 @@ from cohort.config import ConfigError, declare
 INT_MAX = 2**31 - 1
 
 declare("max.connections", int, INT_MAX, "Connections the broker holds at once; a connection beyond it "
-        "is closed as soon as it is accepted (logged once a minute).", minimum=0, group="server")
+        "is closed as soon as it is accepted (logged once a minute).", minimum=0, group="server", dynamic=True)
 declare("max.connections.per.ip", int, INT_MAX, "Connections one client address may hold at once; one "
-        "beyond it is closed at once.", minimum=0, group="server")
+        "beyond it is closed at once.", minimum=0, group="server", dynamic=True)
 declare("max.connections.per.ip.overrides", str, "", "Per-address exceptions to `max.connections.per.ip`: "
-        "comma-separated `host-or-ip:count` (e.g. `127.0.0.1:200,backup.example:0`).", group="server")
+        "comma-separated `host-or-ip:count` (e.g. `127.0.0.1:200,backup.example:0`).", group="server",
+        dynamic=True)
 declare("connections.max.idle.ms", int, 600000, "Close a connection that has read no request and has no "
         "response pending for this long.", minimum=1, group="server")
 declare("queued.max.request.bytes", int, 104857600, "Request bytes all connections together may hold "

@@ -82,6 +82,7 @@ class Server:
         self._quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"],
                                         parse_overrides(config["max.connections.per.ip.overrides"]))
         self._memory = RequestMemory(config["queued.max.request.bytes"])
+        self.broker.config_listeners.append(self._limits_changed)
         self._states: set[ConnectionState] = set()
         self._refused = 0
         self._refusal_logged = float("-inf")
@@ -93,6 +94,13 @@ class Server:
         configs.install(self)
         for name in plugins:
             importlib.import_module(name).install(self)
+
+    def _limits_changed(self) -> None:
+        """Dynamic connection limits apply to connections accepted from now on (as in Kafka,
+        open connections are not closed)."""
+        self._quotas.max_total = self.config["max.connections"]
+        self._quotas.max_per_ip = self.config["max.connections.per.ip"]
+        self._quotas.overrides = parse_overrides(self.config["max.connections.per.ip.overrides"])
 
     @property
     def advertised_host(self) -> str:
