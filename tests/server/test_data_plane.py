@@ -166,3 +166,13 @@ def test_offset_for_leader_epoch(server):
         assert ask(0, current=2)[0] == ErrorCode.unknown_leader_epoch
         assert ask(0, topic="no-such")[0] == ErrorCode.unknown_topic_or_partition
         assert ask(0, partition=7)[0] == ErrorCode.unknown_topic_or_partition
+
+
+def test_transactional_records_without_transactions_are_refused(server):
+    with WireClient(server.port) as c:
+        new_topic(c, "no-txn")
+        batch = build_batch([(None, b"a")], producer_id=77, producer_epoch=0, base_sequence=0, attributes=0x10,
+                            timestamp=int(time.time() * 1000))
+        r = part(c.request(0, 9, produce(9, "no-txn", 0, batch)))
+        assert r.error_code == ErrorCode.transactional_id_authorization_failed
+        assert end_offset(c, "no-txn") == 0

@@ -36,7 +36,7 @@ from cohort.config import DYNAMIC_BROKER, DYNAMIC_DEFAULT, Config, ConfigError
 from cohort.log import OffsetOutOfRange, PartitionLog, compaction, fileio
 from cohort.log.producer_state import ProducerStateError
 from cohort.log.segment import now_ms
-from cohort.protocol.records import iter_batches
+from cohort.protocol.records import TRANSACTIONAL_FLAG, iter_batches
 
 # Kafka error codes used by the data plane.
 NONE = 0
@@ -53,6 +53,7 @@ INVALID_REQUEST = 42
 TOPIC_ALREADY_EXISTS = 36
 KAFKA_STORAGE_ERROR = 56
 INVALID_RECORD = 87
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 POLICY_VIOLATION = 44
 UNKNOWN_TOPIC_ID = 100
 
@@ -573,6 +574,10 @@ class Broker:
             h, append_time = validate(data, version, self.topic_policy(topic), now, f"{name}-{partition}")
         except RecordValidationError as exc:
             return ProduceResult(exc.code, message=exc.message, record_errors=tuple(exc.record_errors))
+        if h.attributes & TRANSACTIONAL_FLAG:
+            # Kafka: transactional records need an authorized transactional id, and cohort
+            # serves no transactions yet.
+            return ProduceResult(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message="transactional records are not supported")
         if h.producer_id >= 0:
             try:
                 dup = log.producers.check(h)

@@ -110,6 +110,8 @@ def snapshot_name(offset: int) -> str:
 class ProducerState:
     """The producer entries of one partition log, as of ``end_offset``."""
 
+    __slots__ = ("directory", "producers", "end_offset")
+
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
