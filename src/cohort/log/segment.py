@@ -239,23 +239,7 @@ class Segment:
     def _rewrite_time_index(self, sync: bool) -> None:
         """Write the whole time index (best effort, like the offset index)."""
         data = b"".join(_TIME_ENTRY.pack(t, o - self.base_offset) for t, o in zip(self._tidx_ts, self._tidx_off))
-        tmp = self.timeindex_path + ".tmp"
-        try:
-            fd = fileio.IO.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                fileio.IO.write(fd, data)
-                if sync:
-                    fileio.IO.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.timeindex_path)
-        except OSError as exc:
-            _log.warning("cannot write time index %s (%s); it will be rebuilt", self.timeindex_path, exc)
-            for path in (tmp, self.timeindex_path):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+        _replace_index_file(self.timeindex_path, data, sync)
 
     def _add_time_entry(self) -> None:
         if self.max_timestamp is None or self.max_timestamp < 0:
@@ -264,18 +248,9 @@ class Segment:
             return
         self._tidx_ts.append(self.max_timestamp)
         self._tidx_off.append(self.offset_of_max)
-        try:
-            if self._tindex_fd < 0:
-                self._tindex_fd = fileio.IO.open(self.timeindex_path, os.O_WRONLY | os.O_CREAT)
-            fileio.IO.pwrite(self._tindex_fd, _TIME_ENTRY.pack(self.max_timestamp, self.offset_of_max - self.base_offset),
-                             (len(self._tidx_ts) - 1) * _TIME_ENTRY.size)
-        except OSError as exc:
-            _log.warning("cannot extend time index %s (%s); it will be rebuilt", self.timeindex_path, exc)
-            self._close_time_index()
-            try:
-                os.unlink(self.timeindex_path)
-            except OSError:
-                pass
+        self._tindex_fd = _write_index_slot(self.timeindex_path, self._tindex_fd,
+                                            _TIME_ENTRY.pack(self.max_timestamp, self.offset_of_max - self.base_offset),
+                                            len(self._tidx_ts) - 1)
 
     def _close_time_index(self) -> None:
         if self._tindex_fd >= 0:
@@ -315,21 +290,7 @@ class Segment:
         """Write the whole index file. Best effort: on failure (a full disk) the file is removed
         and rebuilt on a later open; the in-memory index stays correct."""
         data = b"".join(_ENTRY.pack(o, p) for o, p in zip(self._idx_offsets, self._idx_positions))
-        tmp = self.index_path + ".tmp"
-        try:
-            fd = fileio.IO.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                fileio.IO.write(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.index_path)
-        except OSError as exc:
-            _log.warning("cannot write index %s (%s); it will be rebuilt", self.index_path, exc)
-            for path in (tmp, self.index_path):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+        _replace_index_file(self.index_path, data, sync=False)
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -366,18 +327,8 @@ class Segment:
         self._idx_offsets.append(rel_offset)
         self._idx_positions.append(pos)
         self._bytes_since_index = 0
-        try:
-            if self._index_fd < 0:
-                self._index_fd = fileio.IO.open(self.index_path, os.O_WRONLY | os.O_CREAT)
-            # Written at its slot (not appended), so a failed write cannot misalign later entries.
-            fileio.IO.pwrite(self._index_fd, _ENTRY.pack(rel_offset, pos), (len(self._idx_offsets) - 1) * _ENTRY.size)
-        except OSError as exc:
-            _log.warning("cannot extend index %s (%s); it will be rebuilt", self.index_path, exc)
-            self._close_index()
-            try:
-                os.unlink(self.index_path)
-            except OSError:
-                pass
+        self._index_fd = _write_index_slot(self.index_path, self._index_fd, _ENTRY.pack(rel_offset, pos),
+                                           len(self._idx_offsets) - 1)
 
     def flush(self) -> None:
         fileio.IO.fsync(self.fd)
@@ -464,6 +415,48 @@ class Segment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+def _replace_index_file(path: str, data: bytes, sync: bool) -> None:
+    """Write a whole index file (temp file, rename). Best effort: on failure (a full disk) the
+    file is removed and rebuilt on a later open; the in-memory index stays correct."""
+    tmp = path + ".tmp"
+    try:
+        fd = fileio.IO.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            fileio.IO.write(fd, data)
+            if sync:
+                fileio.IO.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _log.warning("cannot write index %s (%s); it will be rebuilt", path, exc)
+        for p in (tmp, path):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+def _write_index_slot(path: str, fd: int, entry: bytes, slot: int) -> int:
+    """Write one entry at its slot through ``fd`` (opened if -1); returns the descriptor, or -1
+    after a failure, when the file is removed to be rebuilt. Written at its slot (not
+    appended), so a failed write cannot misalign later entries."""
+    try:
+        if fd < 0:
+            fd = fileio.IO.open(path, os.O_WRONLY | os.O_CREAT)
+        fileio.IO.pwrite(fd, entry, slot * len(entry))
+        return fd
+    except OSError as exc:
+        _log.warning("cannot extend index %s (%s); it will be rebuilt", path, exc)
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return -1
 
 
 class _TimeIndexBuilder:

@@ -106,13 +106,7 @@ class TopicConfigs:
             elif op in (APPEND, SUBTRACT):
                 if key != "cleanup.policy":
                     raise BrokerError(codes.INVALID_CONFIG, f"{key} is not a list config; APPEND/SUBTRACT do not apply")
-                items = [x for x in configs.get(key, TOPIC_CONFIG_DEFAULTS[key]).split(",") if x]
-                for item in (value or "").split(","):
-                    if op == APPEND and item and item not in items:
-                        items.append(item)
-                    elif op == SUBTRACT and item in items:
-                        items.remove(item)
-                configs[key] = ",".join(items)
+                configs[key] = _edit_list(configs.get(key, TOPIC_CONFIG_DEFAULTS[key]), op, value)
             else:
                 raise BrokerError(codes.INVALID_REQUEST, f"unknown config operation {op}")
         if validate_only:
@@ -174,13 +168,7 @@ class BrokerConfigs:
                 if key not in _LIST_SETTINGS:
                     raise BrokerError(codes.INVALID_CONFIG, f"Config value append is not allowed for config key: {key}"
                                       if op == APPEND else f"Config value subtract is not allowed for config key: {key}")
-                items = [x for x in values.get(key, _text(self.server.config[key])).split(",") if x]
-                for item in (value or "").split(","):
-                    if op == APPEND and item and item not in items:
-                        items.append(item)
-                    elif op == SUBTRACT and item in items:
-                        items.remove(item)
-                values[key] = ",".join(items)
+                values[key] = _edit_list(values.get(key, _text(self.server.config[key])), op, value)
             else:
                 raise BrokerError(codes.INVALID_REQUEST, f"unknown config operation {op}")
         try:
@@ -192,6 +180,17 @@ class BrokerConfigs:
             raise BrokerError(codes.INVALID_CONFIG, str(exc)) from None
         if not validate_only:
             await broker.set_dynamic_configs(name, values)
+
+
+def _edit_list(current: str, op: int, value: str | None) -> str:
+    """APPEND or SUBTRACT the comma-separated items of ``value`` to or from a list config."""
+    items = [x for x in current.split(",") if x]
+    for item in (value or "").split(","):
+        if op == APPEND and item and item not in items:
+            items.append(item)
+        elif op == SUBTRACT and item in items:
+            items.remove(item)
+    return ",".join(items)
 
 
 def _text(value: Any) -> str:
