@@ -256,7 +256,7 @@ class Config(Mapping[str, Any]):
 
     def replace(self, values: Mapping[str, Any]) -> "Config":
         """A copy with some settings changed (values typed or textual)."""
-        merged = dict(self._values)
+        merged = {name: self._values[name] for name in self._explicit}  # the rest are defaults
         merged.update(values)
         return Config(merged)
 

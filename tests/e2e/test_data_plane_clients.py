@@ -284,6 +284,8 @@ def test_dynamic_broker_config_with_admin_client(server):
     entry = got["log.retention.bytes"]
     assert entry.value == "123456789" and entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value and not entry.is_read_only
     assert got["node.id"].is_read_only
+    assert got["log.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value  # untouched
+    assert got["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value  # given with -o at start
     fixed = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
         ConfigEntry("node.id", "5", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(ck.KafkaException) as exc:
