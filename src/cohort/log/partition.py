@@ -111,11 +111,11 @@ class PartitionLog:
         self._deleted_upto = min(self._read_checkpoint(LOG_START_FILE), self.end_offset)
         self.cleaned_upto = self.start_offset
         self.producers = ProducerState(directory)
-        self._load_producer_state()
+        self._load_producer_state(names)
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, names: list[str] | None = None) -> None:
         """The newest producer snapshot, then every batch after it (headers only)."""
-        start = self.producers.load(self.start_offset, self.end_offset)
+        start = self.producers.load(self.start_offset, self.end_offset, names)
         if start < self.end_offset:
             self.producers.replay(h for _, _, h in self.batches_from(start))
         self.producers.end_offset = self.end_offset

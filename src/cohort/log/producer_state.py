@@ -182,9 +182,10 @@ class ProducerState:
 
     # --- snapshots ---------------------------------------------------------------------------
 
-    def snapshot_offsets(self) -> list[int]:
+    def snapshot_offsets(self, names: list[str] | None = None) -> list[int]:
+        """Offsets of the snapshot files (``names``: the directory's listing, if at hand)."""
         out = []
-        for name in os.listdir(self.directory):
+        for name in os.listdir(self.directory) if names is None else names:
             if name.endswith(SNAPSHOT_SUFFIX) and name[: -len(SNAPSHOT_SUFFIX)].isdigit():
                 out.append(int(name[: -len(SNAPSHOT_SUFFIX)]))
         return sorted(out)
@@ -250,12 +251,12 @@ class ProducerState:
             entry.last_timestamp = max(entry.last_timestamp, ts)
         return producers
 
-    def load(self, start_offset: int, end_offset: int) -> int:
+    def load(self, start_offset: int, end_offset: int, names: list[str] | None = None) -> int:
         """Load the newest readable snapshot in [start_offset, end_offset] and return its
         offset (the caller applies the log's batches from there); ``start_offset`` if none.
         Snapshots beyond the log end (its tail was cut) are deleted."""
         self.producers = {}
-        for offset in reversed(self.snapshot_offsets()):
+        for offset in reversed(self.snapshot_offsets(names)):
             if offset > end_offset:
                 self._remove_snapshot(offset)
                 continue
