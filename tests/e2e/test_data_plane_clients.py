@@ -53,12 +53,12 @@ class Member(threading.Thread):
         super().__init__(daemon=True)
         conf = {"bootstrap.servers": server.bootstrap, "group.id": group, "enable.auto.commit": False,
                 "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500}
-        if protocol == "consumer":
+        if protocol in ("consumer", "consumer-regex"):
             conf["group.protocol"] = "consumer"
         else:
             conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
         self.consumer = ck.Consumer(conf)
-        self.topic = topic
+        self.topic = f"^{topic}$" if protocol == "consumer-regex" else topic  # a regex is resolved by the broker
         self.assigned: set[int] = set()
         self.stopping = threading.Event()
         self.seen: set[int] = set()
@@ -78,7 +78,7 @@ class Member(threading.Thread):
         self.consumer.close()
 
 
-@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+@pytest.mark.parametrize("protocol", ["consumer", "consumer-regex", "classic"])
 def test_create_partitions_reaches_running_groups(server, protocol):
     topic = f"grow-{protocol}"
     create(server, topic, 2)
@@ -294,3 +294,37 @@ def test_dynamic_broker_config_with_admin_client(server):
     undo = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
         ConfigEntry("log.retention.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
     a.incremental_alter_configs([undo])[undo].result(10)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_offsets_for_times_inside_compressed_batches(server, codec):
+    topic = f"times-{codec}"
+    create(server, topic, 1, message_timestamp_after_max_ms=str(2**62))
+    base = 1_700_000_000_000
+    p = ck.Producer({"bootstrap.servers": server.bootstrap, "compression.type": codec, "linger.ms": 100,
+                     "enable.idempotence": True})
+    for i in range(1000):
+        p.produce(topic, value=b"%d" % i, timestamp=base + 10 * i)
+    assert p.flush(20) == 0
+    c = ck.Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"times-{codec}"})
+    try:
+        [found] = c.offsets_for_times([ck.TopicPartition(topic, 0, base + 5550)], timeout=10)
+        assert found.offset == 555
+        [later] = c.offsets_for_times([ck.TopicPartition(topic, 0, base + 5551)], timeout=10)
+        assert later.offset == 556
+    finally:
+        c.close()
+
+
+def test_keyless_produce_to_a_compacted_topic_fails_delivery(server):
+    create(server, "compacted-e2e", 1, cleanup_policy="compact")
+    p = ck.Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5, "retries": 0})
+    results = []
+    p.produce("compacted-e2e", value=b"no key", on_delivery=lambda err, m: results.append(err))
+    p.produce("compacted-e2e", key=b"k", value=b"keyed", on_delivery=lambda err, m: results.append(err))
+    p.flush(10)
+    # librdkafka sends the two as one batch: Kafka refuses the whole batch
+    assert [e.code() if e else None for e in results] == [ck.KafkaError.INVALID_RECORD] * 2
+    p.produce("compacted-e2e", key=b"k", value=b"keyed", on_delivery=lambda err, m: results.append(err))
+    p.flush(10)
+    assert results[-1] is None
