@@ -8,6 +8,8 @@ does this for ``group.*``); docs/configuration.md is rendered from the registry
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -31,6 +33,8 @@ class Setting:
     # Changeable at runtime (IncrementalAlterConfigs on the broker), as in Kafka's
     # DynamicBrokerConfig.AllDynamicConfigs.
     dynamic: bool = False
+    # A secret: never logged, and DescribeConfigs shows no value.
+    sensitive: bool = False
 
     def parse(self, raw: str | Any) -> Any:
         """Convert a textual (or already typed) value, enforcing range and choices."""
@@ -71,7 +75,7 @@ REGISTRY: dict[str, Setting] = {}
 
 # Modules that declare settings at import time; rendering the docs and looking up a name not
 # declared yet import them, so neither depends on what happened to be imported before.
-DECLARING_MODULES: list[str] = ["cohort.server.groups", "cohort.server.limits"]
+DECLARING_MODULES: list[str] = ["cohort.server.groups", "cohort.server.limits", "cohort.server.listeners"]
 
 
 def load_declarations() -> None:
@@ -92,9 +96,11 @@ def declare(
     choices: Iterable[str] | None = None,
     group: str = "broker",
     dynamic: bool = False,
+    sensitive: bool = False,
 ) -> Setting:
     """Register a setting (idempotent for an identical declaration)."""
-    setting = Setting(name, type, default, doc, minimum, maximum, tuple(choices) if choices else None, group, dynamic)
+    setting = Setting(name, type, default, doc, minimum, maximum, tuple(choices) if choices else None, group, dynamic,
+                      sensitive)
     existing = REGISTRY.get(name)
     if existing is not None and existing != setting:
         raise ValueError(f"setting {name!r} is already declared differently")
@@ -221,6 +227,20 @@ class Config(Mapping[str, Any]):
                 raise
             return setting.default
 
+    def for_listener(self, listener: str, name: str, mechanism: str | None = None) -> Any:
+        """A setting as one listener sees it: ``listener.name.<listener>.<mechanism>.<name>``,
+        then ``listener.name.<listener>.<name>``, then ``name`` (Kafka's override order)."""
+        prefix = f"listener.name.{listener.lower()}."
+        if mechanism is not None and prefix + mechanism.lower() + "." + name in self._values:
+            return self._values[prefix + mechanism.lower() + "." + name]
+        if prefix + name in self._values:
+            return self._values[prefix + name]
+        return self[name]
+
+    def listener_override(self, listener: str, name: str) -> bool:
+        """Whether ``name`` is set with the listener's own prefix."""
+        return f"listener.name.{listener.lower()}.{name}" in self._values
+
     def set_dynamic(self, level: str, values: Mapping[str, Any]) -> None:
         """Replace the dynamic values of ``level`` (DYNAMIC_DEFAULT or DYNAMIC_BROKER); each
         must be a dynamic setting with a valid value (ConfigError otherwise, nothing changed)."""
@@ -281,11 +301,17 @@ class Config(Mapping[str, Any]):
         return cls(values)
 
 
+# Kafka's per-listener (and per-listener, per-mechanism) overrides of a setting.
+_LISTENER_PREFIX = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(?:(plain|scram-sha-256|scram-sha-512|oauthbearer)\.)?(.+)$")
+
+
 def _lookup(name: str, source: str | None = None) -> Setting:
     setting = REGISTRY.get(name)
     if setting is None:
         load_declarations()
         setting = REGISTRY.get(name)
+    if setting is None and (m := _LISTENER_PREFIX.match(name)) and m.group(3) in REGISTRY:
+        setting = dataclasses.replace(REGISTRY[m.group(3)], name=name)
     if setting is None:
         where = f" (in {source})" if source else ""
         raise ConfigError(f"unknown setting {name!r}{where}; see docs/configuration.md")

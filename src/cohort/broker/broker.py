@@ -36,6 +36,7 @@ from cohort.config import DYNAMIC_BROKER, DYNAMIC_DEFAULT, Config, ConfigError
 from cohort.log import OffsetOutOfRange, PartitionLog, compaction, fileio
 from cohort.log.producer_state import ProducerStateError
 from cohort.log.segment import now_ms
+from cohort.security import files
 from cohort.protocol.records import TRANSACTIONAL_FLAG, iter_batches
 
 # Kafka error codes used by the data plane.
@@ -109,7 +110,9 @@ class Broker:
         self.config = config
         self.node_id: int = config["node.id"]
         self.data_dir = os.path.abspath(config["log.dir"])
+        files.restrict_new_files()  # owner-only from here on: the data holds every group's offsets and credentials
         os.makedirs(self.data_dir, exist_ok=True)
+        files.tighten(self.data_dir)
         self._lock_fd = os.open(os.path.join(self.data_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -76,6 +76,9 @@ async def serve(config: Config) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        for listener in server.listeners:
+            print(f"cohort: listener {listener.name} ({listener.protocol}) on {listener.host or '*'}:"
+                  f"{server.ports[listener.name]}", flush=True)
         print(f"cohort: listening on {server.host}:{server.port}", flush=True)
         await stop.wait()
         logging.getLogger("cohort.server").info("shutting down")

@@ -142,9 +142,9 @@ class BrokerConfigs:
         out = []
         for key in sorted(REGISTRY):
             setting = REGISTRY[key]
-            layers = [(key, _text(v), _SOURCES[src]) for src, v in cfg.layers(key)]
+            layers = [(key, None if setting.sensitive else _text(v), _SOURCES[src]) for src, v in cfg.layers(key)]
             out.append(ConfigEntry(key, layers[0][1], layers[0][2], read_only=not setting.dynamic,
-                                   documentation=setting.doc, synonyms=tuple(layers)))
+                                   sensitive=setting.sensitive, documentation=setting.doc, synonyms=tuple(layers)))
         return out
 
     async def alter(self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool) -> None:

@@ -131,7 +131,7 @@ def _metadata_answer(ctx: "RequestContext", req: DecodedRequest, entries: list[A
     body = req.body
     topic_ops = TOPIC_OPS if getattr(body, "include_topic_authorized_operations", False) else NOT_REQUESTED
     cluster_ops = CLUSTER_OPS if getattr(body, "include_cluster_authorized_operations", False) else NOT_REQUESTED
-    args = (req.codec.response_type, entries, broker.node_id, ctx.server.advertised_host, ctx.server.advertised_port,
+    args = (req.codec.response_type, entries, broker.node_id, *ctx.endpoint(),
             broker.cluster_id, topic_ops, cluster_ops)
     if sum(e.partitions for e in entries if not isinstance(e, tuple)) <= OFFLOADED_METADATA_PARTITIONS:
         return _metadata_response(*args)
@@ -503,7 +503,7 @@ def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
         error, message, node = E.coordinator_not_available, "transactions are not supported", -1
     else:
         error, message, node = E.invalid_request, f"unknown key_type {key_type}", -1
-    host, port = (ctx.server.advertised_host, ctx.server.advertised_port) if node >= 0 else ("", -1)
+    host, port = ctx.endpoint() if node >= 0 else ("", -1)
     if has_field(resp, "coordinators"):
         entry = nested(resp, "coordinators")
         coords = tuple(build(entry, key=k, node_id=node, host=host, port=port, error_code=error, error_message=message)
@@ -519,7 +519,7 @@ def describe_cluster(ctx: "RequestContext", req: DecodedRequest) -> Any:
     resp = req.codec.response_type
     endpoint_type = getattr(req.body, "endpoint_type", 1)
     brokers = (
-        build(nested(resp, "brokers"), broker_id=ctx.broker.node_id, host=ctx.server.advertised_host, port=ctx.server.advertised_port, rack=None),
+        build(nested(resp, "brokers"), broker_id=ctx.broker.node_id, host=ctx.endpoint()[0], port=ctx.endpoint()[1], rack=None),
     )
     if endpoint_type != 1:
         return build(resp, throttle_time=ZERO, error_code=E.unsupported_endpoint_type, error_message="only broker endpoints are described",

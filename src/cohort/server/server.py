@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
+import functools
 import importlib
 import logging
 import socket
+import struct
 from typing import Any, Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
 from cohort.broker import Broker
-from cohort.config import Config
+from cohort.config import Config, ConfigError
 from cohort.protocol.codec import (
     API_VERSIONS_KEY,
     InvalidRequest,
@@ -30,14 +33,30 @@ from cohort.protocol.codec import (
     encode_response,
     frame_size,
 )
-from cohort.protocol.entities import error_response, has_top_level_error
+from cohort.protocol.entities import build, error_response, has_top_level_error
 from cohort.protocol.versions import ApiCodec, VersionTable, default_table
-from cohort.server import configs, handlers
+from cohort.security import tls
+from cohort.security.credentials import CredentialStore
+from cohort.security.sasl import (
+    SUPPORTED_MECHANISMS,
+    AuthenticationFailed,
+    Authenticator,
+    IllegalState,
+    mechanism_factory,
+    plain_users_from_jaas,
+)
+from cohort.security.sasl import State as SaslState
+from cohort.server import configs, handlers, listeners, security_apis
 from cohort.server.api import NO_RESPONSE, ApiTable, CloseConnection, Encoded
 from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
+from cohort.server.listeners import Listener
 from cohort.server.waiters import AppendWaiters
 
 log = logging.getLogger("cohort.server")
+
+ANONYMOUS = "User:ANONYMOUS"
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
+_NO_LIFETIME = datetime.timedelta(0)  # SaslAuthenticate session lifetime: no re-authentication required
 
 # Modules that register more APIs: each must define ``install(server)``.
 SHUTDOWN_GRACE_S = 0.05  # time for answers written by the shutdown hooks to leave
@@ -45,16 +64,29 @@ PLUGINS = ("cohort.server.groups",)
 
 
 class RequestContext:
-    """What a handler may use besides the request itself."""
+    """What a handler may use besides the request itself: the connection's listener and its
+    authenticated principal."""
 
-    __slots__ = ("server", "broker", "config", "peer", "warned_invalid")
+    __slots__ = ("server", "broker", "config", "peer", "warned_invalid", "listener", "principal", "sasl")
 
-    def __init__(self, server: "Server", peer: Any) -> None:
+    def __init__(self, server: "Server", peer: Any, listener: Listener | None = None, principal: str = ANONYMOUS,
+                 sasl: Authenticator | None = None) -> None:
         self.server = server
         self.broker = server.broker
         self.config = server.config
         self.peer = peer
         self.warned_invalid = False  # one WARNING per connection for INVALID_REQUEST answers
+        self.listener = listener if listener is not None else server.listeners[0]
+        self.principal = principal  # "User:<name>"
+        self.sasl = sasl  # the SASL exchange while it runs (None once complete, or without SASL)
+
+    def endpoint(self) -> tuple[str, int]:
+        """The advertised (host, port) of the listener this request arrived on: what Metadata,
+        FindCoordinator and DescribeCluster tell the client, as in Kafka."""
+        return self.server.endpoint(self.listener)
+
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        return self.server.sasl_mechanisms(self.listener) if self.listener.sasl else ()
 
 
 class Server:
@@ -75,7 +107,7 @@ class Server:
         self.broker.append_listeners.append(self.waiters.notify)
         self.startup_hooks: list[Callable[[], Awaitable[None]]] = []
         self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task] = set()
         self._background: set[asyncio.Task] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-offload")
@@ -86,12 +118,23 @@ class Server:
         self._states: set[ConnectionState] = set()
         self._refused = 0
         self._refusal_logged = float("-inf")
-        self.host: str = config["listener.host"]
-        self.port: int = config["listener.port"]
+        self.listeners: list[Listener] = listeners.parse(config)
+        self.host: str = self.listeners[0].host
+        self.port: int = self.listeners[0].port
+        self.ports: dict[str, int] = {}  # listener name -> port bound
+        self.credentials = CredentialStore(self.broker.data_dir)
+        self._tls = {l.name: tls.server_context(lambda key, l=l: self._tls_setting(l, key), l.name)
+                     for l in self.listeners if l.tls}
+        self._principal_rules = {l.name: tls.PrincipalMapper(config.for_listener(l.name, "ssl.principal.mapping.rules"))
+                                 for l in self.listeners if l.tls}
+        self._mechanisms = {l.name: self._enabled_mechanisms(l) for l in self.listeners if l.sasl}
+        self._plain_users = {l.name: plain_users_from_jaas(config.for_listener(l.name, "sasl.jaas.config", "PLAIN"))
+                             for l in self.listeners if l.sasl}
         # resource type -> provider for DescribeConfigs / IncrementalAlterConfigs
         self.config_resources: dict[int, configs.ConfigProvider] = {}
         handlers.install(self)
         configs.install(self)
+        security_apis.install(self)
         for name in plugins:
             importlib.import_module(name).install(self)
 
@@ -102,33 +145,59 @@ class Server:
         self._quotas.max_per_ip = self.config["max.connections.per.ip"]
         self._quotas.overrides = parse_overrides(self.config["max.connections.per.ip.overrides"])
 
+    # --- listeners ---------------------------------------------------------------------------
+
+    def endpoint(self, listener: Listener) -> tuple[str, int]:
+        """A listener's advertised address: ``advertised.listeners`` (or ``advertised.host`` /
+        ``advertised.port`` for the default listener), else where it listens (this machine's
+        name for a wildcard host)."""
+        host = listener.advertised_host or listener.host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.getfqdn()
+        return host, listener.advertised_port or self.ports.get(listener.name, listener.port)
+
     @property
     def advertised_host(self) -> str:
-        """``advertised.host``, else the listen host (this machine's name for a wildcard)."""
-        if self.config["advertised.host"]:
-            return self.config["advertised.host"]
-        if self.host in ("", "0.0.0.0", "::"):
-            return socket.getfqdn()
-        return self.host
+        return self.endpoint(self.listeners[0])[0]
 
     @property
     def advertised_port(self) -> int:
-        """``advertised.port``, else the port the broker listens on."""
-        return self.config["advertised.port"] or self.port
+        return self.endpoint(self.listeners[0])[1]
+
+    def _tls_setting(self, listener: Listener, key: str) -> Any:
+        if key == "ssl.client.auth" and listener.protocol == "SASL_SSL" and not self.config.listener_override(listener.name, key):
+            return "none"  # KIP-684: on SASL_SSL only a listener-prefixed ssl.client.auth applies
+        return self.config.for_listener(listener.name, key)
+
+    def _enabled_mechanisms(self, listener: Listener) -> tuple[str, ...]:
+        names = tuple(m.strip().upper() for m in self.config.for_listener(listener.name, "sasl.enabled.mechanisms").split(",") if m.strip())
+        unknown = [m for m in names if m not in SUPPORTED_MECHANISMS]
+        if unknown or not names:
+            raise ConfigError(f"listener {listener.name}: sasl.enabled.mechanisms {list(names)}: cohort supports "
+                              f"{', '.join(SUPPORTED_MECHANISMS)}")
+        return names
+
+    def sasl_mechanisms(self, listener: Listener) -> tuple[str, ...]:
+        return self._mechanisms.get(listener.name, ())
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._on_connection, self.config["listener.host"], self.config["listener.port"],
-            limit=_SMALL_FRAME, reuse_address=True,
-        )
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        for listener in self.listeners:
+            srv = await asyncio.start_server(
+                functools.partial(self._on_connection, listener=listener), listener.host or None, listener.port,
+                limit=_SMALL_FRAME, reuse_address=True, ssl=self._tls.get(listener.name),
+            )
+            self._servers.append(srv)
+            self.ports[listener.name] = srv.sockets[0].getsockname()[1]
+        self.port = self.ports[self.listeners[0].name]
         for hook in self.startup_hooks:
             self.spawn(hook())
         self.spawn(self.broker.maintenance_loop())
         self.spawn(self._sweep_connections())
+        for listener in self.listeners:
+            log.info("cohort broker %d: listener %s (%s) on %s:%d", self.broker.node_id, listener.name, listener.protocol,
+                     listener.host or "*", self.ports[listener.name])
         log.info("cohort broker %d listening on %s:%d (data in %s)", self.broker.node_id, self.host, self.port, self.broker.data_dir)
 
     async def offload(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -145,8 +214,8 @@ class Server:
         return task
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for srv in self._servers:
+            srv.close()
         # Hooks run while connections are still open, so what they answer (NOT_COORDINATOR for
         # parked joins and syncs) reaches the clients; a short grace lets those answers go out.
         for hook in self.shutdown_hooks:
@@ -156,15 +225,17 @@ class Server:
         for task in list(self._connections) + list(self._background):
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for srv in self._servers:
+            await srv.wait_closed()
+        self._servers = []
         self._executor.shutdown(wait=True)
         self.broker.close()
 
     # --- connections -------------------------------------------------------------------------
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             listener: Listener | None = None) -> None:
+        listener = listener or self.listeners[0]
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) else str(peer)
         refused = self._quotas.admit(ip)
@@ -183,7 +254,7 @@ class Server:
         sender = asyncio.ensure_future(self._send_loop(queue, writer, state))
         try:
             try:
-                await self._read_loop(reader, queue, RequestContext(self, peer), state)
+                await self._read_loop(reader, queue, self._context(peer, listener, writer), state)
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
             except _Close as exc:
@@ -199,6 +270,23 @@ class Server:
             self._states.discard(state)
             self._quotas.release(ip)
             self._connections.discard(task)
+
+    def _context(self, peer: Any, listener: Listener, writer: asyncio.StreamWriter) -> RequestContext:
+        """The connection's principal: a TLS client certificate's mapped subject, else
+        ANONYMOUS; on a SASL listener the SASL exchange replaces it once complete."""
+        principal = ANONYMOUS
+        if listener.tls:
+            cert = writer.get_extra_info("peercert")
+            if cert:
+                try:
+                    principal = "User:" + self._principal_rules[listener.name].name(tls.subject_dn(cert))
+                except ValueError as exc:
+                    raise _Close(str(exc)) from None
+        sasl = None
+        if listener.sasl:
+            sasl = Authenticator(self._mechanisms[listener.name],
+                                 mechanism_factory(self._plain_users[listener.name], self.credentials))
+        return RequestContext(self, peer, listener, principal, sasl)
 
     def _log_refusal(self, peer: Any, reason: str) -> None:
         """One WARNING a minute for refused connections, with how many were refused."""
@@ -234,10 +322,13 @@ class Server:
         apis = self.apis
         memory = self._memory
         clock = asyncio.get_running_loop().time
+        sasl_max = self.config["sasl.server.max.receive.size"]
         while True:
             prefix = await reader.readexactly(4)
             state.frame_started = clock()
             size = frame_size(prefix)
+            if ctx.sasl is not None and not 0 <= size <= sasl_max:
+                raise _Close(f"frame size {size} before authentication outside 0..{sasl_max} (sasl.server.max.receive.size)")
             if size < 0 or size > max_bytes:
                 raise _Close(f"frame size {size} outside 0..{max_bytes} (socket.request.max.bytes)")
             if size > _SMALL_FRAME and memory.full():
@@ -250,13 +341,22 @@ class Server:
                 raise
             state.frame_started = None
             state.last_active = clock()
+            failure = None
             try:
-                item = self._handle(frame, ctx, apis, table)
+                if ctx.sasl is not None:
+                    item, failure = self._authenticate(frame, ctx)
+                else:
+                    item = self._handle(frame, ctx, apis, table)
             finally:
                 memory.give_back(size)
             if item is not None:
                 state.pending += 1
                 await queue.put(item)
+            if failure is not None:
+                # Kafka's connection.failed.authentication.delay.ms: the answer leaves now, the
+                # connection closes a little later, so guessing passwords is slow.
+                await asyncio.sleep(self.config["connection.failed.authentication.delay.ms"] / 1000)
+                raise _Close(failure)
 
     def _handle(self, frame: bytes, ctx: RequestContext, apis: ApiTable, table: VersionTable) -> tuple | None:
         """Decode and dispatch one frame: the queue item to answer it with, None for no answer
@@ -292,6 +392,62 @@ class Server:
         if asyncio.iscoroutine(result):
             result = asyncio.ensure_future(result)
         return (request.correlation_id, request.codec, result)
+
+    def _authenticate(self, frame: bytes, ctx: RequestContext) -> tuple[tuple | None, str | None]:
+        """One frame of the SASL exchange: (queue item to answer with, or None; failure
+        message after which the connection closes, or None). See cohort.security.sasl."""
+        auth = ctx.sasl
+        if auth.raw_tokens:  # after a v0 handshake: a raw token, answered raw (no error frame)
+            try:
+                challenge = auth.token(frame)
+            except AuthenticationFailed as exc:
+                return None, f"SASL authentication failed for {ctx.peer}: {exc}"
+            self._maybe_authenticated(ctx)
+            return (None if challenge is None else (0, None, Encoded(struct.pack(">i", len(challenge)) + challenge))), None
+        try:
+            request = decode_request(frame, self.table)
+        except UnsupportedApi as exc:
+            if exc.api_key == API_VERSIONS_KEY and exc.version >= 0 and auth.state is SaslState.INITIAL:
+                return (exc.correlation_id, None, api_versions_fallback(exc.correlation_id, self.apis.advertised())), None
+            return None, f"{exc} before SASL authentication"
+        except (InvalidRequest, MalformedRequest) as exc:
+            return None, f"invalid request before SASL authentication: {_one_line(exc)}"
+        codec = request.codec
+        resp = codec.response_type
+        if auth.state is SaslState.AUTHENTICATE and request.api_key != SASL_AUTHENTICATE_KEY:
+            why = f"api_key={request.api_key} during SASL authentication"
+            if has_top_level_error(resp):
+                return (request.correlation_id, codec, error_response(resp, ErrorCode.illegal_sasl_state, why)), why
+            return None, why
+        try:
+            auth.check_request(request.api_key)
+        except IllegalState as exc:
+            return None, str(exc)
+        if request.api_key == API_VERSIONS_KEY:
+            auth.api_versions()
+            return (request.correlation_id, codec, self.apis.lookup(API_VERSIONS_KEY, request.version)(ctx, request)), None
+        if request.api_key == SASL_HANDSHAKE_KEY:
+            code = auth.handshake(request.body.mechanism, request.version)
+            answer = build(resp, error_code=ErrorCode(code), mechanisms=auth.enabled)
+            failure = None if code == 0 else f"SASL mechanism {request.body.mechanism!r} is not enabled"
+            return (request.correlation_id, codec, answer), failure
+        try:
+            challenge = auth.token(bytes(request.body.auth_bytes))
+        except AuthenticationFailed as exc:
+            log.info("failed authentication of %s on listener %s (%s)", ctx.peer, ctx.listener.name, auth.mechanism_name)
+            answer = build(resp, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b"",
+                           session_lifetime=_NO_LIFETIME)
+            return (request.correlation_id, codec, answer), f"SASL authentication failed for {ctx.peer}: {exc}"
+        self._maybe_authenticated(ctx)
+        answer = build(resp, error_code=ErrorCode.none, error_message=None, auth_bytes=challenge or b"",
+                       session_lifetime=_NO_LIFETIME)
+        return (request.correlation_id, codec, answer), None
+
+    @staticmethod
+    def _maybe_authenticated(ctx: RequestContext) -> None:
+        if ctx.sasl.complete:
+            ctx.principal = "User:" + ctx.sasl.principal
+            ctx.sasl = None
 
     def _encode_failed(self, correlation_id: int, codec: ApiCodec) -> bytes | None:
         """After a response failed to encode (logged here, once): an error-only answer, or None

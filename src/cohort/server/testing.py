@@ -194,8 +194,12 @@ class ServerProcess:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, preexec_fn=limit)
         deadline = time.monotonic() + timeout
         line = b""
+        self.ports = {}  # listener name -> port
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
+            if line.startswith(b"cohort: listener "):
+                name = line.split()[2].decode()
+                self.ports[name] = int(line.rsplit(b":", 1)[1])
             if line.startswith(b"cohort: listening on ") or not line:
                 break
         if not line.startswith(b"cohort: listening on "):

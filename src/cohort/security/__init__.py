@@ -1,0 +1,1 @@
+"""Security: listeners' TLS and SASL, SCRAM credentials, owner-only files."""
