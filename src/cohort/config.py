@@ -75,7 +75,8 @@ REGISTRY: dict[str, Setting] = {}
 
 # Modules that declare settings at import time; rendering the docs and looking up a name not
 # declared yet import them, so neither depends on what happened to be imported before.
-DECLARING_MODULES: list[str] = ["cohort.server.groups", "cohort.server.limits", "cohort.server.listeners"]
+DECLARING_MODULES: list[str] = ["cohort.server.groups", "cohort.server.limits", "cohort.server.listeners",
+                                 "cohort.security.acls"]
 
 
 def load_declarations() -> None:

@@ -22,6 +22,7 @@ from cohort.config import REGISTRY, ConfigError
 from cohort.server.limits import parse_overrides
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, has_field, nested
+from cohort.security import acls
 
 if TYPE_CHECKING:
     from cohort.server.server import RequestContext, Server
@@ -182,6 +183,19 @@ class BrokerConfigs:
             await broker.set_dynamic_configs(name, values)
 
 
+_ACL_RESOURCES = {TOPIC: (acls.TOPIC, codes.TOPIC_AUTHORIZATION_FAILED), GROUP: (acls.GROUP, codes.GROUP_AUTHORIZATION_FAILED),
+                  BROKER: (acls.CLUSTER, codes.CLUSTER_AUTHORIZATION_FAILED)}
+
+
+def _authorize(ctx: "RequestContext", operation: int, resource_type: int, name: str) -> None:
+    """Kafka's ConfigHelper: topics and groups by name, brokers on the CLUSTER resource."""
+    kind, error = _ACL_RESOURCES.get(resource_type, (None, None))
+    if kind is None:
+        return
+    if not ctx.authorize(operation, kind, acls.CLUSTER_NAME if kind == acls.CLUSTER else name):
+        raise BrokerError(error, None)
+
+
 def _edit_list(current: str, op: int, value: str | None) -> str:
     """APPEND or SUBTRACT the comma-separated items of ``value`` to or from a list config."""
     items = [x for x in current.split(",") if x]
@@ -214,6 +228,7 @@ def describe_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
         try:
             if provider is None:
                 raise BrokerError(codes.INVALID_REQUEST, f"resource type {r.resource_type} is not supported")
+            _authorize(ctx, acls.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
             found = provider.describe(r.resource_name)
             keys = r.configuration_keys
             entries = tuple(
@@ -242,6 +257,7 @@ async def incremental_alter_configs(ctx: "RequestContext", req: DecodedRequest) 
         try:
             if provider is None:
                 raise BrokerError(codes.INVALID_REQUEST, f"resource type {r.resource_type} is not supported")
+            _authorize(ctx, acls.ALTER_CONFIGS, r.resource_type, r.resource_name)
             done = provider.alter(r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs], body.validate_only)
             if inspect.isawaitable(done):
                 await done

@@ -19,6 +19,8 @@ from cohort.broker.topics import topic_name_error
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, has_field, nested
 from cohort.protocol.operations import CLUSTER_OPS, NOT_REQUESTED, TOPIC_OPS
+from cohort.security import acls
+from cohort.security.acls import CLUSTER, CLUSTER_NAME, TOPIC
 from cohort.protocol.codec import encode_response
 from cohort.server.api import NO_RESPONSE, CloseConnection, Encoded
 
@@ -73,10 +75,15 @@ def metadata(ctx: "RequestContext", req: DecodedRequest) -> Any:
     broker = ctx.broker
     entries, missing = _resolve_topics(ctx, req)
     if getattr(body, "allow_auto_topic_creation", True):
-        missing = [name for name in missing if broker.may_auto_create(name)]
+        missing = [name for name in missing if broker.may_auto_create(name) and _may_create(ctx, name)]
         if missing:
             return _metadata_after_creating(ctx, req, missing)
     return _metadata_answer(ctx, req, entries)
+
+
+def _may_create(ctx: "RequestContext", name: str) -> bool:
+    """Kafka: CREATE on the cluster, or on the topic."""
+    return ctx.authorize(acls.CREATE, CLUSTER, CLUSTER_NAME) or ctx.authorize(acls.CREATE, TOPIC, name)
 
 
 async def _metadata_after_creating(ctx: "RequestContext", req: DecodedRequest, names: list[str]) -> Any:
@@ -97,9 +104,9 @@ def _resolve_topics(ctx: "RequestContext", req: DecodedRequest) -> tuple[list[An
     topic_id)), and the names that do not exist."""
     body = req.body
     broker = ctx.broker
-    # v0: an empty list means all topics; v1+: null means all topics.
+    # v0: an empty list means all topics; v1+: null means all topics (those the principal may describe).
     if body.topics is None or (req.version == 0 and not body.topics):
-        wanted = [(t.name, None) for t in broker.topics.values()]
+        wanted = [(t.name, None) for t in broker.topics.values() if ctx.authorize(acls.DESCRIBE, TOPIC, t.name)]
     else:
         wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
     entries: list[Any] = []
@@ -112,11 +119,21 @@ def _resolve_topics(ctx: "RequestContext", req: DecodedRequest) -> tuple[list[An
             continue
         if name is None:
             topic = broker.topic_by_id(topic_id) if topic_id not in (None, NULL_UUID) else None
+            if topic is not None and not ctx.authorize(acls.DESCRIBE, TOPIC, topic.name):
+                entries.append((E.topic_authorization_failed, None, topic_id))
+                continue
             if topic is None:
                 entries.append((E.unknown_topic_id, None, topic_id or NULL_UUID))
                 continue
         else:
+            if not ctx.authorize(acls.DESCRIBE, TOPIC, name):
+                entries.append((E.topic_authorization_failed, name, NULL_UUID))
+                continue
             topic = broker.topics.get(name)
+            if topic is None and getattr(body, "allow_auto_topic_creation", True) and broker.may_auto_create(name) \
+                    and not _may_create(ctx, name):
+                entries.append((E.topic_authorization_failed, name, NULL_UUID))  # would be created, but may not
+                continue
             if topic is None:
                 missing.append(name)
                 error = E.invalid_topic_exception if topic_name_error(name) else E.unknown_topic_or_partition
@@ -129,8 +146,13 @@ def _resolve_topics(ctx: "RequestContext", req: DecodedRequest) -> tuple[list[An
 def _metadata_answer(ctx: "RequestContext", req: DecodedRequest, entries: list[Any]) -> Any:
     broker = ctx.broker
     body = req.body
-    topic_ops = TOPIC_OPS if getattr(body, "include_topic_authorized_operations", False) else NOT_REQUESTED
-    cluster_ops = CLUSTER_OPS if getattr(body, "include_cluster_authorized_operations", False) else NOT_REQUESTED
+    topic_ops = None
+    if getattr(body, "include_topic_authorized_operations", False):
+        topic_ops = {e.name: ctx.authorized_operations(TOPIC, e.name, TOPIC_OPS) for e in entries if not isinstance(e, tuple)}
+    cluster_ops = NOT_REQUESTED
+    if getattr(body, "include_cluster_authorized_operations", False):
+        cluster_ops = (ctx.authorized_operations(CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+                       if ctx.authorize(acls.DESCRIBE, CLUSTER, CLUSTER_NAME) else 0)
     args = (req.codec.response_type, entries, broker.node_id, *ctx.endpoint(),
             broker.cluster_id, topic_ops, cluster_ops)
     if sum(e.partitions for e in entries if not isinstance(e, tuple)) <= OFFLOADED_METADATA_PARTITIONS:
@@ -143,7 +165,7 @@ def _metadata_answer(ctx: "RequestContext", req: DecodedRequest, entries: list[A
 
 
 def _metadata_response(resp: type, entries: list, node: int, host: str, port: int, cluster_id: str,
-                       topic_ops: int = NOT_REQUESTED, cluster_ops: int = NOT_REQUESTED) -> Any:
+                       topic_ops: dict[str, int] | None = None, cluster_ops: int = NOT_REQUESTED) -> Any:
     """The Metadata answer for resolved entries; reads no broker state (it may run off the loop)."""
     topic_cls = nested(resp, "topics")
     part_cls = nested(topic_cls, "partitions")
@@ -161,7 +183,8 @@ def _metadata_response(resp: type, entries: list, node: int, host: str, port: in
             for p in range(entry.partitions)
         )
         out.append(build(topic_cls, error_code=E.none, name=entry.name, topic_id=entry.id if with_ids else None,
-                         is_internal=entry.internal, partitions=parts, topic_authorized_operations=topic_ops))
+                         is_internal=entry.internal, partitions=parts,
+                         topic_authorized_operations=NOT_REQUESTED if topic_ops is None else topic_ops[entry.name]))
     brokers = (build(nested(resp, "brokers"), node_id=node, host=host, port=port, rack=None),)
     return build(resp, throttle_time=ZERO, brokers=brokers, cluster_id=cluster_id, controller_id=node,
                  topics=tuple(out), cluster_authorized_operations=cluster_ops, error_code=E.none)
@@ -185,6 +208,8 @@ def produce(ctx: "RequestContext", req: DecodedRequest) -> Any:
             append_time, record_errors = -1, ()
             if acks not in (0, 1, -1):
                 error, base, start, msg = E.invalid_required_acks, -1, -1, f"acks={acks} is not 0, 1 or -1"
+            elif not ctx.authorize(acls.WRITE, TOPIC, t.name):
+                error, base, start, msg = E.topic_authorization_failed, -1, -1, None
             elif body.transactional_id is not None:
                 error, base, start, msg = E.transactional_id_authorization_failed, -1, -1, "transactions are not supported"
             else:
@@ -259,7 +284,10 @@ def _fetch_once(ctx: "RequestContext", req: DecodedRequest) -> tuple[Any, int, l
         topic = broker.topic_by_id(t.topic_id) if by_id else broker.topics.get(t.topic)
         parts = []
         for p in t.partitions:
-            if topic is None:
+            if topic is not None and not ctx.authorize(acls.READ, TOPIC, topic.name) or (
+                    topic is None and not by_id and not ctx.authorize(acls.READ, TOPIC, t.topic)):
+                error, hw, start, data = E.topic_authorization_failed, -1, -1, b""
+            elif topic is None:
                 error, hw, start, data = (E.unknown_topic_id if by_id else E.unknown_topic_or_partition), -1, -1, b""
             elif p.partition < 0 or p.partition >= topic.partitions:
                 error, hw, start, data = E.unknown_topic_or_partition, -1, -1, b""
@@ -299,7 +327,9 @@ def list_offsets(ctx: "RequestContext", req: DecodedRequest) -> Any:
         parts = []
         for p in t.partitions:
             error, offset, ts = E.none, -1, -1
-            if topic is None or not 0 <= p.partition_index < topic.partitions:
+            if not ctx.authorize(acls.DESCRIBE, TOPIC, t.name):
+                error = E.topic_authorization_failed
+            elif topic is None or not 0 <= p.partition_index < topic.partitions:
                 error = E.unknown_topic_or_partition
             else:
                 log = broker.log(topic.name, p.partition_index)
@@ -339,6 +369,8 @@ async def create_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
         try:
             if names.count(t.name) > 1:
                 raise BrokerError(codes.INVALID_REQUEST, f"topic {t.name!r} appears more than once in the request")
+            if not _may_create(ctx, t.name):
+                raise BrokerError(E.topic_authorization_failed, "Authorization failed.")
             partitions = t.num_partitions
             if t.assignments:
                 if partitions != -1 or t.replication_factor != -1:
@@ -358,11 +390,16 @@ async def create_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
         except BrokerError as exc:
             error, message = E(exc.code), exc.message
         cfgs = None
-        if config_cls is not None and error == E.none:
+        config_error = 0
+        if error == E.none and not ctx.authorize(acls.DESCRIBE_CONFIGS, TOPIC, t.name):
+            config_error, config_cls_used = E.topic_authorization_failed, None  # Kafka hides the configs
+        else:
+            config_cls_used = config_cls
+        if config_cls_used is not None and error == E.none:
             cfgs = tuple(build(config_cls, name=k, value=v, read_only=False, config_source=1, is_sensitive=False)
                          for k, v in sorted(configs.items()))
         results.append(build(result_cls, name=t.name, topic_id=topic_id, error_code=error, error_message=message,
-                             topic_config_error_code=0, num_partitions=partitions if error == E.none else -1,
+                             topic_config_error_code=config_error, num_partitions=partitions if error == E.none else -1,
                              replication_factor=1 if error == E.none else -1, configs=cfgs))
     return build(resp, throttle_time=ZERO, topics=tuple(results))
 
@@ -387,6 +424,10 @@ def delete_topics(ctx: "RequestContext", req: DecodedRequest) -> Any:
                 name = topic.name
             elif topic_id not in (None, NULL_UUID):
                 raise BrokerError(codes.INVALID_REQUEST, "give a topic name or a topic id, not both")
+            if not (ctx.authorize(acls.DELETE, CLUSTER, CLUSTER_NAME) or ctx.authorize(acls.DELETE, TOPIC, name)):
+                if not ctx.authorize(acls.DESCRIBE, TOPIC, name):
+                    name = name if topic_id in (None, NULL_UUID) else None  # an id's name is not echoed
+                raise BrokerError(E.topic_authorization_failed, "Authorization failed.")
             topic = broker.delete_topic(name)
             topic_id = topic.id
         except BrokerError as exc:
@@ -408,6 +449,8 @@ def delete_records(ctx: "RequestContext", req: DecodedRequest) -> Any:
         parts = []
         for p in t.partitions:
             try:
+                if not ctx.authorize(acls.DELETE, TOPIC, t.name):
+                    raise BrokerError(E.topic_authorization_failed, "Authorization failed.")
                 low, error = broker.delete_records(t.name, p.partition_index, p.offset), E.none
             except BrokerError as exc:
                 low, error = -1, E(exc.code)
@@ -432,7 +475,9 @@ def offset_for_leader_epoch(ctx: "RequestContext", req: DecodedRequest) -> Any:
         parts = []
         for p in t.partitions:
             epoch, end, error = -1, -1, E.none
-            if topic is None or not 0 <= p.partition < topic.partitions:
+            if not (ctx.authorize(acls.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME) or ctx.authorize(acls.DESCRIBE, TOPIC, t.topic)):
+                error = E.topic_authorization_failed
+            elif topic is None or not 0 <= p.partition < topic.partitions:
                 error = E.unknown_topic_or_partition
             elif p.current_leader_epoch > LEADER_EPOCH:
                 error = E.unknown_leader_epoch
@@ -458,6 +503,8 @@ async def create_partitions(ctx: "RequestContext", req: DecodedRequest) -> Any:
         try:
             if names.count(t.name) > 1:
                 raise BrokerError(codes.INVALID_REQUEST, "Duplicate topic name.")
+            if not ctx.authorize(acls.ALTER, TOPIC, t.name):
+                raise BrokerError(E.topic_authorization_failed, "Authorization failed.")
             assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
             if body.validate_only:
                 broker.validate_new_partitions(t.name, t.count, assignments)
@@ -482,6 +529,10 @@ def init_producer_id(ctx: "RequestContext", req: DecodedRequest) -> Any:
     epoch = getattr(body, "producer_epoch", -1)
     if (pid == -1) != (epoch == -1):
         return build(resp, throttle_time=ZERO, error_code=E.invalid_request, producer_id=-1, producer_epoch=-1)
+    authorizer = ctx.server.authorizer
+    if authorizer is not None and not ctx.authorize(acls.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) and \
+            not authorizer.authorize_any(ctx.principal, ctx.host, acls.WRITE, TOPIC):
+        return build(resp, throttle_time=ZERO, error_code=E.cluster_authorization_failed, producer_id=-1, producer_epoch=-1)
     # Without a transactional id Kafka always hands out a fresh id with epoch 0 (a producer
     # recovering from an error with its old id and epoch gets a new id, not a bumped epoch).
     return build(resp, throttle_time=ZERO, error_code=E.none, producer_id=ctx.broker.next_producer_id(), producer_epoch=0)
@@ -493,23 +544,33 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
 def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
-    """Every group is coordinated by this node; transactions are not supported."""
+    """Every group is coordinated by this node; transactions are not supported. A key the
+    principal may not describe gets GROUP_ / TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
     body = req.body
     resp = req.codec.response_type
     key_type = getattr(body, "key_type", GROUP_KEY)
-    if key_type == GROUP_KEY:
-        error, message, node = E.none, None, ctx.broker.node_id
-    elif key_type == TRANSACTION_KEY:
-        error, message, node = E.coordinator_not_available, "transactions are not supported", -1
-    else:
-        error, message, node = E.invalid_request, f"unknown key_type {key_type}", -1
-    host, port = ctx.endpoint() if node >= 0 else ("", -1)
+    host, port = ctx.endpoint()
+
+    def answer(key: str) -> tuple:
+        if key_type == GROUP_KEY:
+            if not ctx.authorize(acls.DESCRIBE, acls.GROUP, key):
+                return E.group_authorization_failed, None, -1, "", -1
+            return E.none, None, ctx.broker.node_id, host, port
+        if key_type == TRANSACTION_KEY:
+            if not ctx.authorize(acls.DESCRIBE, acls.TRANSACTIONAL_ID, key):
+                return E.transactional_id_authorization_failed, None, -1, "", -1
+            return E.coordinator_not_available, "transactions are not supported", -1, "", -1
+        return E.invalid_request, f"unknown key_type {key_type}", -1, "", -1
+
     if has_field(resp, "coordinators"):
         entry = nested(resp, "coordinators")
-        coords = tuple(build(entry, key=k, node_id=node, host=host, port=port, error_code=error, error_message=message)
-                       for k in body.coordinator_keys)
-        return build(resp, throttle_time=ZERO, coordinators=coords)
-    return build(resp, throttle_time=ZERO, error_code=error, error_message=message, node_id=node, host=host, port=port)
+        coords = []
+        for k in body.coordinator_keys:
+            error, message, node, h, p = answer(k)
+            coords.append(build(entry, key=k, node_id=node, host=h, port=p, error_code=error, error_message=message))
+        return build(resp, throttle_time=ZERO, coordinators=tuple(coords))
+    error, message, node, h, p = answer(body.key)
+    return build(resp, throttle_time=ZERO, error_code=error, error_message=message, node_id=node, host=h, port=p)
 
 
 # --- DescribeCluster --------------------------------------------------------------------------
@@ -525,7 +586,10 @@ def describe_cluster(ctx: "RequestContext", req: DecodedRequest) -> Any:
         return build(resp, throttle_time=ZERO, error_code=E.unsupported_endpoint_type, error_message="only broker endpoints are described",
                      endpoint_type=endpoint_type, cluster_id=ctx.broker.cluster_id, controller_id=-1, brokers=(),
                      cluster_authorized_operations=NOT_REQUESTED)
-    ops = CLUSTER_OPS if req.body.include_cluster_authorized_operations else NOT_REQUESTED
+    ops = NOT_REQUESTED
+    if req.body.include_cluster_authorized_operations:
+        ops = (ctx.authorized_operations(CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+               if ctx.authorize(acls.DESCRIBE, CLUSTER, CLUSTER_NAME) else 0)
     return build(resp, throttle_time=ZERO, error_code=E.none, error_message=None, endpoint_type=1,
                  cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.node_id, brokers=brokers,
                  cluster_authorized_operations=ops)

@@ -35,7 +35,8 @@ from cohort.protocol.codec import (
 )
 from cohort.protocol.entities import build, error_response, has_top_level_error
 from cohort.protocol.versions import ApiCodec, VersionTable, default_table
-from cohort.security import tls
+from cohort.security import acls, tls
+from cohort.security.acls import Authorizer
 from cohort.security.credentials import CredentialStore
 from cohort.security.sasl import (
     SUPPORTED_MECHANISMS,
@@ -80,6 +81,24 @@ class RequestContext:
         self.principal = principal  # "User:<name>"
         self.sasl = sasl  # the SASL exchange while it runs (None once complete, or without SASL)
 
+    def authorize(self, operation: int, resource_type: int, name: str) -> bool:
+        """Whether this connection's principal may do ``operation`` on the resource (always,
+        without an authorizer)."""
+        authorizer = self.server.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize(self.principal, self.host, operation, resource_type, name)
+
+    def authorized_operations(self, resource_type: int, name: str, supported: int) -> int:
+        """Kafka's authorized-operations bitfield: the supported operations this principal may do."""
+        if self.server.authorizer is None:
+            return supported
+        return sum(1 << op for op in range(3, 15) if supported & (1 << op) and self.authorize(op, resource_type, name))
+
+    @property
+    def host(self) -> str:
+        return self.peer[0] if isinstance(self.peer, tuple) else str(self.peer)
+
     def endpoint(self) -> tuple[str, int]:
         """The advertised (host, port) of the listener this request arrived on: what Metadata,
         FindCoordinator and DescribeCluster tell the client, as in Kafka."""
@@ -123,6 +142,9 @@ class Server:
         self.port: int = self.listeners[0].port
         self.ports: dict[str, int] = {}  # listener name -> port bound
         self.credentials = CredentialStore(self.broker.data_dir)
+        self.authorizer: Authorizer | None = (
+            Authorizer(self.broker.data_dir, config["super.users"], config["allow.everyone.if.no.acl.found"])
+            if acls.enabled(config["authorizer.class.name"]) else None)
         self._tls = {l.name: tls.server_context(lambda key, l=l: self._tls_setting(l, key), l.name)
                      for l in self.listeners if l.tls}
         self._principal_rules = {l.name: tls.PrincipalMapper(config.for_listener(l.name, "ssl.principal.mapping.rules"))
