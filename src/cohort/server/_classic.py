@@ -16,6 +16,7 @@ from cohort.coordinator import requests as rq
 from cohort.coordinator.errors import Errors
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, nested
+from cohort.security import acls
 from cohort.server._group_codec import GROUP_OPS, LOADING, ONE_MS, UNKNOWN_OPS, ZERO, client_host, err
 
 if TYPE_CHECKING:
@@ -118,6 +119,8 @@ class ClassicApi:
 
         if not self.c.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
+        if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
+            return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         request = join_request(body, version, req.client_id or "", client_host(ctx.peer))
         return self.c.write(ctx, request, lambda r: join_response(resp, version, r), fail)
 
@@ -129,6 +132,8 @@ class ClassicApi:
 
         if not self.c.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
+        if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
+            return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         return self.c.write(ctx, sync_request(req.body, version), lambda r: sync_response(resp, r), fail)
 
     def heartbeat(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
@@ -139,6 +144,8 @@ class ClassicApi:
 
         if not self.c.loaded:
             return answer(rq.HeartbeatResponse(Errors.COORDINATOR_LOAD_IN_PROGRESS))
+        if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
+            return answer(rq.HeartbeatResponse(Errors.GROUP_AUTHORIZATION_FAILED))
         request = rq.HeartbeatRequest(body.group_id, body.generation_id, body.member_id,
                                       getattr(body, "group_instance_id", None), req.version)
         return self.c.write(ctx, request, answer, lambda code, _: answer(rq.HeartbeatResponse(code)))
@@ -152,6 +159,8 @@ class ClassicApi:
 
         if not self.c.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
+        if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
+            return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         return self.c.write(ctx, request, lambda r: leave_response(resp, version, r), fail)
 
     def describe_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
@@ -164,10 +173,11 @@ class ClassicApi:
                                             for g in body.groups], False)
 
         def describe() -> Any:
-            valid = [g for g in body.groups if g and g.strip()]
+            valid = [g for g in body.groups if g and g.strip() and ctx.authorize(acls.DESCRIBE, acls.GROUP, g)]
             found = {g.group_id: g for g in self.c.shard.describe_classic_groups(
                 rq.DescribeGroupsRequest(tuple(valid), ops, version)).groups}
             return describe_response(resp, [found[g] if g in found else rq.DescribedClassicGroup(
-                g, Errors.INVALID_GROUP_ID) for g in body.groups], ops)
+                g, Errors.INVALID_GROUP_ID if not (g and g.strip()) else Errors.GROUP_AUTHORIZATION_FAILED)
+                for g in body.groups], ops)
 
         return self.c.read(ctx, describe)

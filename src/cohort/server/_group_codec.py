@@ -154,9 +154,11 @@ class TopicNames:
         return None if topic is None else topic.name
 
 
-def offset_commit_request(body: Any, version: int, names: TopicNames) -> tuple[rq.OffsetCommitRequest, dict]:
+def offset_commit_request(body: Any, version: int, names: TopicNames,
+                          authorized: Callable[[str], bool] = lambda _: True) -> tuple[rq.OffsetCommitRequest, dict]:
     """The coordinator request for the partitions that can be committed, and the per-partition
-    errors of those that cannot ({(topic key, partition): code}; the key is the name or id)."""
+    errors of those that cannot ({(topic key, partition): code}; the key is the name or id):
+    topics the principal may not read, then unknown ones."""
     by_id = version >= 10
     topics = []
     rejected: dict = {}
@@ -166,6 +168,9 @@ def offset_commit_request(body: Any, version: int, names: TopicNames) -> tuple[r
         topic = None if name is None else names.by_name(name)
         parts = []
         for p in t.partitions:
+            if name is not None and not authorized(name):
+                rejected[(key, p.partition_index)] = ErrorCode.topic_authorization_failed
+                continue
             if topic is None or not 0 <= p.partition_index < topic.partitions:
                 rejected[(key, p.partition_index)] = (ErrorCode.unknown_topic_id if by_id and topic is None
                                                       else ErrorCode.unknown_topic_or_partition)

@@ -51,6 +51,7 @@ from cohort.coordinator.config import INT_MAX
 from cohort.coordinator.errors import Errors
 from cohort.coordinator.lag import TopicOffsets
 from cohort.protocol import DecodedRequest
+from cohort.security import acls
 from cohort.server import _classic
 from cohort.server import _group_codec as wire
 from cohort.server.configs import APPEND, DEFAULT_CONFIG, DELETE, GROUP, GROUP_CONFIG, SET, SUBTRACT, ConfigEntry
@@ -557,6 +558,11 @@ class GroupCoordinator:
             encoder = self._hb[req.version] = wire.HeartbeatEncoder(resp_type)
         if not self.loaded:
             return wire.heartbeat_error(resp_type, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
+        if ctx.server.authorizer is not None:  # Kafka: READ on the group, DESCRIBE on every subscribed topic
+            if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
+                return wire.heartbeat_error(resp_type, Errors.GROUP_AUTHORIZATION_FAILED, None)
+            if any(not ctx.authorize(acls.DESCRIBE, acls.TOPIC, t) for t in req.body.subscribed_topic_names or ()):
+                return wire.heartbeat_error(resp_type, Errors.TOPIC_AUTHORIZATION_FAILED, None)
         request = wire.heartbeat_request(req.body, req.version, req.client_id or "", wire.client_host(ctx.peer))
         return self.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
 
@@ -567,9 +573,17 @@ class GroupCoordinator:
         if not self.loaded:
             return wire.consumer_group_describe_error(resp, tuple(body.group_ids), Errors.COORDINATOR_LOAD_IN_PROGRESS,
                                                       wire.LOADING)
-        request = rq.ConsumerGroupDescribeRequest(tuple(body.group_ids), body.include_authorized_operations)
-        return self.read(ctx, lambda: wire.consumer_group_describe_response(
-            resp, self.shard.describe_groups(request), body.include_authorized_operations))
+        ids = tuple(body.group_ids)
+        allowed = tuple(g for g in ids if ctx.authorize(acls.DESCRIBE, acls.GROUP, g))
+        request = rq.ConsumerGroupDescribeRequest(allowed, body.include_authorized_operations)
+
+        def describe() -> Any:
+            found = {g.group_id: g for g in self.shard.describe_groups(request).groups} if allowed else {}
+            groups = tuple(found.get(g) or rq.DescribedGroup(g, Errors.GROUP_AUTHORIZATION_FAILED) for g in ids)
+            return wire.consumer_group_describe_response(resp, rq.ConsumerGroupDescribeResponse(groups),
+                                                         body.include_authorized_operations)
+
+        return self.read(ctx, describe)
 
     # --- ListGroups (16); DescribeGroups (15) is in _classic.py ---------------------------------
 
@@ -578,7 +592,16 @@ class GroupCoordinator:
         if not self.loaded:
             return wire.list_groups_response(resp, rq.ListGroupsResponse((), Errors.COORDINATOR_LOAD_IN_PROGRESS))
         request = rq.ListGroupsRequest(tuple(getattr(body, "states_filter", ())), tuple(getattr(body, "types_filter", ())))
-        return self.read(ctx, lambda: wire.list_groups_response(resp, self.shard.list_groups(request)))
+        everything = ctx.authorize(acls.DESCRIBE, acls.CLUSTER, acls.CLUSTER_NAME)
+
+        def listed() -> Any:
+            r = self.shard.list_groups(request)
+            if not everything:  # Kafka: only the groups the principal may describe
+                r = rq.ListGroupsResponse(tuple(g for g in r.groups if ctx.authorize(acls.DESCRIBE, acls.GROUP, g.group_id)),
+                                          r.error_code)
+            return wire.list_groups_response(resp, r)
+
+        return self.read(ctx, listed)
 
     # --- DeleteGroups (42) -------------------------------------------------------------------
 
@@ -590,14 +613,22 @@ class GroupCoordinator:
 
         if not self.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
-        return self.write(ctx, rq.DeleteGroupsRequest(names), lambda r: wire.delete_groups_response(
-            resp, [(d.group_id, d.error_code) for d in r.results]), fail)
+        allowed = tuple(g for g in names if ctx.authorize(acls.DELETE, acls.GROUP, g))
+
+        def answer(r: Any) -> Any:
+            codes = {d.group_id: d.error_code for d in r.results} if r is not None else {}
+            return wire.delete_groups_response(resp, [(g, codes.get(g, Errors.GROUP_AUTHORIZATION_FAILED)) for g in names])
+
+        if not allowed:
+            return answer(None)
+        return self.write(ctx, rq.DeleteGroupsRequest(allowed), answer, fail)
 
     # --- OffsetCommit (8) --------------------------------------------------------------------
 
     def offset_commit(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, version, resp = req.body, req.version, req.codec.response_type
-        request, rejected = wire.offset_commit_request(body, version, self.names)
+        request, rejected = wire.offset_commit_request(
+            body, version, self.names, lambda name: ctx.authorize(acls.READ, acls.TOPIC, name))
 
         def answer(r: rq.OffsetCommitResponse) -> Any:
             return wire.offset_commit_response(resp, body, version, self.names, wire.commit_codes(r), rejected)
@@ -608,6 +639,8 @@ class GroupCoordinator:
 
         if not self.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+        if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
+            return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         if rejected and not request.topics:
             return answer(rq.OffsetCommitResponse(()))
         return self.write(ctx, request, answer, fail)
@@ -631,8 +664,29 @@ class GroupCoordinator:
                     rq.FetchedTopic(t.name, tuple(rq.FetchedPartition(p, error_code=Errors.COORDINATOR_LOAD_IN_PROGRESS)
                                                   for p in t.partitions)) for t in r.topics or ())))]
             return wire.offset_fetch_response(resp, version, loading, names_to_ids)
+        def fetched(r: rq.OffsetFetchRequest) -> rq.OffsetFetchResponse:
+            """Kafka: DESCRIBE on the group, then on each topic (listed ones answered with
+            TOPIC_AUTHORIZATION_FAILED, the rest of "all topics" left out)."""
+            if not ctx.authorize(acls.DESCRIBE, acls.GROUP, r.group_id):
+                if version < 2:  # no group-level error: every partition carries it
+                    return rq.OffsetFetchResponse(r.group_id, tuple(
+                        rq.FetchedTopic(t.name, tuple(rq.FetchedPartition(p, error_code=Errors.GROUP_AUTHORIZATION_FAILED)
+                                                      for p in t.partitions)) for t in r.topics or ()))
+                return rq.OffsetFetchResponse(r.group_id, (), Errors.GROUP_AUTHORIZATION_FAILED)
+            out = self.shard.fetch_offsets(r)
+            if ctx.server.authorizer is None:
+                return out
+            topics = []
+            for t in out.topics:
+                if ctx.authorize(acls.DESCRIBE, acls.TOPIC, t.name):
+                    topics.append(t)
+                elif r.topics is not None:
+                    topics.append(rq.FetchedTopic(t.name, tuple(
+                        rq.FetchedPartition(p.partition, error_code=Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)))
+            return rq.OffsetFetchResponse(out.group_id, tuple(topics), out.error_code, out.error_message)
+
         return self.read(ctx, lambda: wire.offset_fetch_response(
-            resp, version, [(ids, self.shard.fetch_offsets(r)) for r, ids in groups], names_to_ids))
+            resp, version, [(ids, fetched(r)) for r, ids in groups], names_to_ids))
 
     # --- OffsetDelete (47) -------------------------------------------------------------------
 
@@ -644,8 +698,22 @@ class GroupCoordinator:
 
         if not self.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
-        return self.write(ctx, wire.offset_delete_request(req.body),
-                          lambda r: wire.offset_delete_response(resp, r), fail)
+        if not ctx.authorize(acls.DELETE, acls.GROUP, req.body.group_id):
+            return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
+        denied = {t.name for t in req.body.topics if not ctx.authorize(acls.READ, acls.TOPIC, t.name)}
+        request = wire.offset_delete_request(req.body)
+        if denied:  # Kafka: READ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions
+            request = rq.OffsetDeleteRequest(request.group_id, tuple(t for t in request.topics if t.name not in denied))
+
+        def answer(r: rq.OffsetDeleteResponse) -> Any:
+            if denied:
+                refused = tuple(rq.TopicResult(t.name, tuple(rq.PartitionResult(p.partition_index, Errors.TOPIC_AUTHORIZATION_FAILED)
+                                                             for p in t.partitions))
+                                for t in req.body.topics if t.name in denied)
+                r = rq.OffsetDeleteResponse(r.topics + refused, r.error_code, r.error_message)
+            return wire.offset_delete_response(resp, r)
+
+        return self.write(ctx, request, answer, fail)
 
 
 @dataclass(frozen=True)

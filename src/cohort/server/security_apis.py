@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from cohort.server.server import RequestContext, Server
 
 E = ErrorCode
+CLUSTER_DENIED = "Cluster authorization failed."  # Kafka's Errors.CLUSTER_AUTHORIZATION_FAILED message
 
 
 def install(server: "Server") -> None:
@@ -47,7 +48,8 @@ def describe_user_scram_credentials(ctx: "RequestContext", req: DecodedRequest) 
     result_cls = nested(resp, "results")
     info_cls = nested(result_cls, "credential_infos")
     if not ctx.authorize(acls.DESCRIBE, acls.CLUSTER, acls.CLUSTER_NAME):
-        return build(resp, throttle_time=ZERO, error_code=E.cluster_authorization_failed, error_message=None, results=())
+        return build(resp, throttle_time=ZERO, error_code=E.cluster_authorization_failed, error_message=CLUSTER_DENIED,
+                     results=())
     users = ctx.server.credentials.users()
     wanted = [u.name for u in req.body.users] if req.body.users else sorted(users)
     results = []
@@ -73,7 +75,7 @@ async def alter_user_scram_credentials(ctx: "RequestContext", req: DecodedReques
     if not ctx.authorize(acls.ALTER, acls.CLUSTER, acls.CLUSTER_NAME):
         names = dict.fromkeys(n for n, *_ in deletions + upsertions)
         return build(resp, throttle_time=ZERO, results=tuple(
-            build(result_cls, user=n, error_code=E.cluster_authorization_failed, error_message=None) for n in names))
+            build(result_cls, user=n, error_code=E.cluster_authorization_failed, error_message=CLUSTER_DENIED) for n in names))
     outcome = await ctx.server.offload(ctx.server.credentials.alter, deletions, upsertions)
     results = tuple(build(result_cls, user=name, error_code=E(code), error_message=message)
                     for name, (code, message) in outcome.items())
@@ -94,7 +96,8 @@ def describe_acls(ctx: "RequestContext", req: DecodedRequest) -> Any:
         return build(resp, throttle_time=ZERO, error_code=E.security_disabled, error_message="No Authorizer is configured.",
                      resources=())
     if not ctx.authorize(acls.DESCRIBE, acls.CLUSTER, acls.CLUSTER_NAME):
-        return build(resp, throttle_time=ZERO, error_code=E.cluster_authorization_failed, error_message=None, resources=())
+        return build(resp, throttle_time=ZERO, error_code=E.cluster_authorization_failed,
+                     error_message=CLUSTER_DENIED, resources=())
     res_cls = nested(resp, "resources")
     acl_cls = nested(res_cls, "acls")
     grouped: dict[tuple, list] = {}
@@ -113,7 +116,7 @@ async def create_acls(ctx: "RequestContext", req: DecodedRequest) -> Any:
     authorizer = ctx.server.authorizer
     if authorizer is None or not ctx.authorize(acls.ALTER, acls.CLUSTER, acls.CLUSTER_NAME):
         code = E.security_disabled if authorizer is None else E.cluster_authorization_failed
-        message = "No Authorizer is configured." if authorizer is None else None
+        message = "No Authorizer is configured." if authorizer is None else CLUSTER_DENIED
         return build(resp, throttle_time=ZERO, results=tuple(build(result_cls, error_code=code, error_message=message)
                                                               for _ in creations))
     bindings = [acls.AclBinding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
@@ -145,7 +148,7 @@ async def delete_acls(ctx: "RequestContext", req: DecodedRequest) -> Any:
     authorizer = ctx.server.authorizer
     if authorizer is None or not ctx.authorize(acls.ALTER, acls.CLUSTER, acls.CLUSTER_NAME):
         code = E.security_disabled if authorizer is None else E.cluster_authorization_failed
-        message = "No Authorizer is configured." if authorizer is None else None
+        message = "No Authorizer is configured." if authorizer is None else CLUSTER_DENIED
         return build(resp, throttle_time=ZERO, filter_results=tuple(
             build(result_cls, error_code=code, error_message=message, matching_acls=()) for _ in filters))
     try:
