@@ -13,7 +13,7 @@ zeroes the counters (`callgrind_control -z`), sends the measured requests, dumps
 
 `--src` runs another tree's broker (e.g. a `git worktree` of an older commit) for an A/B:
 
-    .venv/bin/python bench/instructions.py heartbeat|produce|produce-idempotent [--requests N] [--src DIR/src]
+    .venv/bin/python bench/instructions.py heartbeat|produce|produce-idempotent [--requests N] [--src DIR/src] [--acls]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("case", choices=["heartbeat", "produce", "produce-idempotent"])
     ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--acls", action="store_true", help="run the broker with ACLs on (allow.everyone.if.no.acl.found=true)")
     ap.add_argument("--src", default=os.path.join(HERE, "..", "src"), help="the src/ directory of the broker to measure")
     args = ap.parse_args()
     src = os.path.abspath(args.src)
@@ -52,7 +53,8 @@ def main() -> None:
         return popen(cmd, *a, **kw)
 
     testing.subprocess.Popen = under_valgrind
-    srv = testing.ServerProcess(os.path.join(tmp, "data"), log_path=os.path.join(tmp, "server.log")).start(timeout=900)
+    overrides = ("authorizer.class.name=cohort", "allow.everyone.if.no.acl.found=true") if args.acls else ()
+    srv = testing.ServerProcess(os.path.join(tmp, "data"), *overrides, log_path=os.path.join(tmp, "server.log")).start(timeout=900)
     try:
         if args.case == "heartbeat":
             n = heartbeat(srv, args.requests or 3000)

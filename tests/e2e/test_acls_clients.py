@@ -105,6 +105,8 @@ def test_acls_for_one_consumer_group(tmp_path):
         finally:
             c.close()
         alice_admin = AdminClient(alice)
+        group = alice_admin.describe_consumer_groups(["orders-app"], include_authorized_operations=True)["orders-app"].result(10)
+        assert set(group.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}  # what alice may do
         topics = admin.list_topics(timeout=10).topics
         assert {"orders", "secret"} <= set(topics)
         assert set(alice_admin.list_topics(timeout=10).topics) == {"orders"}  # only what alice may describe

@@ -16,8 +16,9 @@ from cohort.coordinator import requests as rq
 from cohort.coordinator.errors import Errors
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, nested
+from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
-from cohort.server._group_codec import GROUP_OPS, LOADING, ONE_MS, UNKNOWN_OPS, ZERO, client_host, err
+from cohort.server._group_codec import LOADING, ONE_MS, UNKNOWN_OPS, ZERO, client_host, err, group_ops
 
 if TYPE_CHECKING:
     from cohort.server.groups import GroupCoordinator
@@ -97,7 +98,7 @@ def describe_response(resp: type, groups: list[rq.DescribedClassicGroup], with_o
         members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
                               client_id=m.client_id, client_host=m.client_host, member_metadata=m.member_metadata,
                               member_assignment=m.member_assignment) for m in g.members)
-        ops = GROUP_OPS if with_ops and g.error_code == 0 else UNKNOWN_OPS
+        ops = group_ops(with_ops, g.group_id) if with_ops and g.error_code == 0 else UNKNOWN_OPS
         out.append(build(group_cls, error_code=err(g.error_code), group_id=g.group_id, group_state=g.group_state,
                          protocol_type=g.protocol_type, protocol_data=g.protocol_data, members=members,
                          authorized_operations=ops))
@@ -168,6 +169,8 @@ class ClassicApi:
         describes them, an unknown id as state "Dead" (v0-5), an offsets-only group "Empty"."""
         body, version, resp = req.body, req.version, req.codec.response_type
         ops = getattr(body, "include_authorized_operations", False)
+        if ops and ctx.server.authorizer is not None:
+            ops = lambda group: ctx.authorized_operations(acls.GROUP, group, GROUP_OPS)  # noqa: E731
         if not self.c.loaded:
             return describe_response(resp, [rq.DescribedClassicGroup(g, Errors.COORDINATOR_LOAD_IN_PROGRESS)
                                             for g in body.groups], False)

@@ -24,6 +24,12 @@ ONE_MS = datetime.timedelta(milliseconds=1)
 NULL_UUID = uuid.UUID(int=0)
 UNKNOWN_OPS = NOT_REQUESTED
 
+
+def group_ops(with_ops: Any, group_id: str) -> int:
+    """A group's authorized-operations bitfield: ``with_ops`` is True (every operation: no
+    authorizer) or a function giving the principal's bitfield for a group."""
+    return with_ops(group_id) if callable(with_ops) else GROUP_OPS
+
 _ERRORS = {int(e): e for e in ErrorCode}
 
 
@@ -112,7 +118,7 @@ def consumer_group_describe_response(resp: type, r: rq.ConsumerGroupDescribeResp
                   assignment=assignment(m.assignment), target_assignment=assignment(m.target_assignment),
                   member_type=m.member_type)
             for m in g.members)
-        ops = GROUP_OPS if with_ops and g.error_code == 0 else UNKNOWN_OPS
+        ops = group_ops(with_ops, g.group_id) if with_ops and g.error_code == 0 else UNKNOWN_OPS
         groups.append(build(group_cls, error_code=err(g.error_code), error_message=g.error_message, group_id=g.group_id,
                             group_state=g.group_state, group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
                             assignor_name=g.assignor_name, members=members, authorized_operations=ops))

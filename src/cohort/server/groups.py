@@ -51,6 +51,7 @@ from cohort.coordinator.config import INT_MAX
 from cohort.coordinator.errors import Errors
 from cohort.coordinator.lag import TopicOffsets
 from cohort.protocol import DecodedRequest
+from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
 from cohort.server import _classic
 from cohort.server import _group_codec as wire
@@ -580,8 +581,10 @@ class GroupCoordinator:
         def describe() -> Any:
             found = {g.group_id: g for g in self.shard.describe_groups(request).groups} if allowed else {}
             groups = tuple(found.get(g) or rq.DescribedGroup(g, Errors.GROUP_AUTHORIZATION_FAILED) for g in ids)
-            return wire.consumer_group_describe_response(resp, rq.ConsumerGroupDescribeResponse(groups),
-                                                         body.include_authorized_operations)
+            with_ops: Any = body.include_authorized_operations
+            if with_ops and ctx.server.authorizer is not None:
+                with_ops = lambda group: ctx.authorized_operations(acls.GROUP, group, GROUP_OPS)  # noqa: E731
+            return wire.consumer_group_describe_response(resp, rq.ConsumerGroupDescribeResponse(groups), with_ops)
 
         return self.read(ctx, describe)
 
