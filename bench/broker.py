@@ -6,7 +6,7 @@ produces N records, then reads them all back with a manually assigned consumer. 
 pipelined requests one connection gets, with the server's CPU time per request (a
 load-independent figure: the machine is shared).
 
-    .venv/bin/python bench/broker.py [--records 200000] [--partitions 1] [--acks all] [--compression none] [--idempotence]
+    .venv/bin/python bench/broker.py [--records 200000] [--partitions 1] [--acks all] [--compression none] [--idempotence] [--tls]
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+SECURITY: dict = {}  # client settings for a TLS run (--tls)
+
+
 def produce(bootstrap: str, topic: str, n: int, acks: str, compression: str, idempotence: bool = False) -> float:
     p = ck.Producer({
-        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
+        **SECURITY, "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
         "enable.idempotence": idempotence,
         "compression.type": compression, "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 2_000_000,
@@ -59,7 +62,7 @@ def produce(bootstrap: str, topic: str, n: int, acks: str, compression: str, ide
 
 def consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
     c = ck.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+        **SECURITY, "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
     })
     c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
@@ -108,25 +111,34 @@ def main() -> None:
     ap.add_argument("--acks", default="all")
     ap.add_argument("--compression", default="none")
     ap.add_argument("--idempotence", action="store_true", help="an idempotent producer (sequence-checked batches)")
+    ap.add_argument("--tls", action="store_true", help="produce and fetch over a TLS (SSL) listener")
     ap.add_argument("--requests", type=int, default=50_000, help="Metadata round trips for the request-rate phase")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cohort-bench-") as tmp:
-        srv = ServerProcess(os.path.join(tmp, "data"), f"num.partitions={args.partitions}",
+        extra: tuple[str, ...] = ()
+        if args.tls:
+            from cohort.security.testcerts import make_pki
+
+            pki = make_pki(os.path.join(tmp, "pki"))
+            extra = ("listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", f"ssl.keystore.location={pki.server}")
+            SECURITY.update({"security.protocol": "SSL", "ssl.ca.location": pki.ca})
+        srv = ServerProcess(os.path.join(tmp, "data"), f"num.partitions={args.partitions}", *extra,
                             log_path=os.path.join(tmp, "server.log")).start()
+        bootstrap = f"127.0.0.1:{srv.ports['SSL']}" if args.tls else srv.bootstrap
         try:
             mb = args.records * RECORD / 1e6
             pid = srv.proc.pid
             c0 = cpu_seconds(pid)
-            t_p = produce(srv.bootstrap, "bench", args.records, args.acks, args.compression, args.idempotence)
+            t_p = produce(bootstrap, "bench", args.records, args.acks, args.compression, args.idempotence)
             c1 = cpu_seconds(pid)
-            t_c = consume(srv.bootstrap, "bench", args.partitions, args.records)
+            t_c = consume(bootstrap, "bench", args.partitions, args.records)
             c2 = cpu_seconds(pid)
             rate = request_rate(srv.port, args.requests)
             c3 = cpu_seconds(pid)
         finally:
             srv.stop()
     print(f"records={args.records} size={RECORD}B partitions={args.partitions} acks={args.acks} "
-          f"compression={args.compression} idempotence={args.idempotence}")
+          f"compression={args.compression} idempotence={args.idempotence} tls={args.tls}")
     print(f"produce: {mb / t_p:8.1f} MB/s {args.records / t_p:10.0f} records/s ({t_p:.2f} s wall, server CPU {c1 - c0:.2f} s)")
     print(f"fetch:   {mb / t_c:8.1f} MB/s {args.records / t_c:10.0f} records/s ({t_c:.2f} s wall, server CPU {c2 - c1:.2f} s)")
     per_req = (c3 - c2) / args.requests * 1e6
