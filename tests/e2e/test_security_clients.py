@@ -34,7 +34,7 @@ def secure(tmp_path_factory):
         f"ssl.truststore.location={pki.ca}",
         "listener.name.ssl.ssl.client.auth=required",
         "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256",
-        "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,OAUTHBEARER",
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_JAAS}",
         "group.consumer.heartbeat.interval.ms=300", "group.consumer.min.heartbeat.interval.ms=100",
         "num.partitions=2",
@@ -180,3 +180,20 @@ def test_data_directory_is_owner_only(secure):
         for name in names:
             mode = stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode)
             assert mode & 0o077 == 0, f"{name} is {oct(mode)}"
+
+
+def test_oauthbearer_unsecured_jwt_with_confluent_kafka(secure):
+    base = {"bootstrap.servers": addr(secure, "SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True}
+    p = ck.Producer({**base, "sasl.oauthbearer.config": "principal=dev-user lifeSeconds=600"})
+    delivered = []
+    p.produce("oauth-topic", value=b"token ok", on_delivery=lambda err, m: delivered.append(err))
+    assert p.flush(15) == 0 and delivered[0] is None
+    errors = []
+    expired = ck.Producer({**base, "sasl.oauthbearer.config": "principal=dev-user lifeSeconds=1", "error_cb": errors.append})
+    time.sleep(1.5)  # the token librdkafka made is now expired when it connects
+    start = time.monotonic()
+    while not errors and time.monotonic() - start < 5:
+        expired.poll(0.05)
+    assert errors and errors[0].code() == ck.KafkaError._AUTHENTICATION, errors
+    assert "invalid_token" in errors[0].str(), errors[0].str()  # the broker's JSON challenge

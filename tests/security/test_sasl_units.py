@@ -2,6 +2,7 @@
 (with scramp's client), the credential store's AlterUserScramCredentials rules and durability,
 JAAS users, listener parsing and the certificate principal mapping."""
 
+import json
 import os
 import stat
 
@@ -149,3 +150,41 @@ def test_principal_mapping_rules():
         PrincipalMapper("RULE:^CN=(.*)$/$1/").name("O=nobody")
     with pytest.raises(ConfigError):
         PrincipalMapper("RULE:broken")
+
+
+def unsecured_jwt(claims, header=None):
+    import base64
+    import json
+
+    enc = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()  # noqa: E731
+    return f"{enc(header or {'alg': 'none'})}.{enc(claims)}."
+
+
+def oauth_message(token, authzid=""):
+    return f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def test_oauthbearer_unsecured_jws():
+    from cohort.security.sasl import OAuthBearerServer
+
+    now = 1_700_000_000
+    make = lambda **opts: OAuthBearerServer(opts, clock=lambda: now)  # noqa: E731
+    ok = make()
+    assert ok.step(oauth_message(unsecured_jwt({"sub": "alice", "exp": now + 60, "iat": now}))) == b""
+    assert ok.principal == "alice"
+    for claims, header in (({"sub": "alice", "exp": now - 1}, None),  # expired
+                           ({"sub": "alice"}, None),  # exp is required
+                           ({"sub": " ", "exp": now + 60}, None),  # blank principal
+                           ({"sub": "alice", "exp": now + 60}, {"alg": "HS256"}),  # must be unsecured
+                           ({"sub": "alice", "exp": now + 60, "iat": now + 30}, None)):  # issued in the future
+        server = make()
+        challenge = server.step(oauth_message(unsecured_jwt(claims, header)))
+        assert json.loads(challenge) == {"status": "invalid_token"} and not server.complete
+        with pytest.raises(AuthenticationFailed):
+            server.step(b"\x01")  # Kafka: the failure comes after the client acknowledges the challenge
+    scoped = make(unsecuredValidatorRequiredScope="read write")
+    challenge = scoped.step(oauth_message(unsecured_jwt({"sub": "alice", "exp": now + 60, "scope": "read"})))
+    assert json.loads(challenge) == {"status": "insufficient_scope", "scope": "read write"}
+    other = make()
+    with pytest.raises(AuthenticationFailed, match="authorization id"):
+        other.step(oauth_message(unsecured_jwt({"sub": "alice", "exp": now + 60}), authzid="bob"))

@@ -8,17 +8,21 @@ The server feeds it what arrives before authentication completes and sends what 
   v0 handshake tokens arrive raw (4-byte length, then the bytes) and challenges leave the same way.
 * COMPLETE: the principal is known; normal requests are served.
 
-Mechanisms: PLAIN (users from the listener's JAAS options, compared in constant time) and
+Mechanisms: PLAIN (users from the listener's JAAS options, compared in constant time),
 SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802 through the scramp library, against the credential
-store). A failure is SASL_AUTHENTICATION_FAILED with Kafka's message; SCRAM hides whether the
+store) and OAUTHBEARER with Kafka's unsecured JWS validation (development only). A failure is SASL_AUTHENTICATION_FAILED with Kafka's message; SCRAM hides whether the
 user exists behind one generic text.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import hmac
+import json
 import re
+import time
 from typing import Callable, Mapping, Protocol
 
 import scramp
@@ -29,7 +33,7 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 class AuthenticationFailed(Exception):
@@ -138,6 +142,108 @@ def _scram_authzid(client_first: str) -> str | None:
     return gs2[1][2:].replace("=2C", ",").replace("=3D", "=")
 
 
+class OAuthBearerServer:
+    """OAUTHBEARER (RFC 7628) with Kafka's *unsecured* JWS validation, for development only:
+    the token is not signed (``alg`` must be ``none``), so anyone can claim any principal. A
+    failure is reported as Kafka does it: first a JSON challenge, and only after the client's
+    ``\x01`` answer SASL_AUTHENTICATION_FAILED."""
+
+    _TOKEN = re.compile(r"^[-_~+/.a-zA-Z0-9]+=*$")
+
+    def __init__(self, options: Mapping[str, str], clock: Callable[[], float] = time.time) -> None:
+        self.principal_claim = options.get("unsecuredValidatorPrincipalClaimName", "sub")
+        self.scope_claim = options.get("unsecuredValidatorScopeClaimName", "scope")
+        self.required_scope = options.get("unsecuredValidatorRequiredScope", "").split()
+        self.skew_ms = int(options.get("unsecuredValidatorAllowableClockSkewMs", "0") or 0)
+        self.clock = clock
+        self.principal: str | None = None
+        self._error: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.principal is not None
+
+    def step(self, token: bytes) -> bytes:
+        if self._error is not None:
+            if token == b"\x01":
+                raise AuthenticationFailed(self._error)
+            raise AuthenticationFailed("Authentication failed: unexpected response after an error challenge")
+        try:
+            authzid, bearer = self._parse(token)
+            principal = self._validate(bearer)
+        except _InvalidToken as exc:
+            self._error = json.dumps({"status": exc.status, **({"scope": exc.scope} if exc.scope else {})},
+                                     separators=(", ", ":"))
+            return self._error.encode()
+        if authzid and authzid != principal:
+            raise AuthenticationFailed("Authentication failed: Client requested an authorization id that is different "
+                                       "from the token's principal name")
+        self.principal = principal
+        return b""
+
+    @staticmethod
+    def _parse(message: bytes) -> tuple[str | None, str]:
+        text = message.decode("utf-8", "replace")
+        gs2, sep, rest = text.partition("\x01")
+        if not sep or not gs2.startswith("n,") or not rest.endswith("\x01\x01"):
+            raise AuthenticationFailed("Invalid OAUTHBEARER client first message")
+        authzid = gs2[2:].rstrip(",")
+        authzid = authzid[2:] if authzid.startswith("a=") else None
+        pairs = dict(kv.partition("=")[::2] for kv in rest[:-2].split("\x01") if kv)
+        scheme, _, token = pairs.get("auth", "").partition(" ")
+        if scheme.lower() != "bearer" or not OAuthBearerServer._TOKEN.match(token):
+            raise AuthenticationFailed("Invalid OAUTHBEARER client first message: no bearer token")
+        return authzid, token
+
+    def _validate(self, token: str) -> str:
+        parts = token.split(".")
+        if len(parts) != 3 or not parts[0] or not parts[1]:
+            raise _InvalidToken("invalid_token")
+        if parts[2]:
+            raise _InvalidToken("invalid_token")  # unsecured: the signature must be empty
+        try:
+            header = json.loads(_b64url(parts[0]))
+            claims = json.loads(_b64url(parts[1]))
+        except (ValueError, binascii.Error):
+            raise _InvalidToken("invalid_token") from None
+        if not isinstance(header, dict) or header.get("alg") != "none" or not isinstance(claims, dict):
+            raise _InvalidToken("invalid_token")
+        principal = claims.get(self.principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
+            raise _InvalidToken("invalid_token")
+        now = self.clock() * 1000
+        exp, iat = claims.get("exp"), claims.get("iat")
+        if not isinstance(exp, (int, float)) or isinstance(exp, bool) or now - self.skew_ms >= exp * 1000:
+            raise _InvalidToken("invalid_token")
+        if iat is not None and (not isinstance(iat, (int, float)) or iat * 1000 > now + self.skew_ms or exp <= iat):
+            raise _InvalidToken("invalid_token")
+        scope = claims.get(self.scope_claim, [])
+        scopes = scope.split() if isinstance(scope, str) else list(scope) if isinstance(scope, list) else []
+        missing = [s for s in self.required_scope if s not in scopes]
+        if missing:
+            raise _InvalidToken("insufficient_scope", " ".join(self.required_scope))
+        return principal
+
+
+class _InvalidToken(Exception):
+    def __init__(self, status: str, scope: str | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.scope = scope
+
+
+def _b64url(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+_JAAS_OPTION = re.compile(r'([A-Za-z_][\w.-]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def jaas_options(jaas: str) -> dict[str, str]:
+    """``key="value"`` options of a JAAS line."""
+    return {m.group(1): m.group(2).replace('\\"', '"') for m in _JAAS_OPTION.finditer(jaas)}
+
+
 _JAAS_USER = re.compile(r'user_([^=\s]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -215,10 +321,13 @@ class Authenticator:
         return challenge
 
 
-def mechanism_factory(plain_users: Mapping[str, str], store: CredentialStore) -> Callable[[str], Mechanism]:
+def mechanism_factory(plain_users: Mapping[str, str], store: CredentialStore,
+                      oauth_options: Mapping[str, str] | None = None) -> Callable[[str], Mechanism]:
     def make(name: str) -> Mechanism:
         if name == "PLAIN":
             return PlainServer(plain_users)
+        if name == "OAUTHBEARER":
+            return OAuthBearerServer(oauth_options or {})
         if name in HASHES:
             return ScramServer(name, store)
         raise ValueError(f"SASL mechanism {name} is not supported")

@@ -26,7 +26,8 @@ declare("listener.security.protocol.map", str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL
         "Protocol of each listener name, `NAME:PROTOCOL` comma-separated (protocols: PLAINTEXT, SSL, "
         "SASL_PLAINTEXT, SASL_SSL).", group="security")
 declare("sasl.enabled.mechanisms", str, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms a SASL listener "
-        "offers (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); set per listener with "
+        "offers (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, and OAUTHBEARER with unsecured tokens, for "
+        "development only); set per listener with "
         "`listener.name.<name>.sasl.enabled.mechanisms`. Kafka's default is GSSAPI, which cohort does not "
         "support.", group="security")
 declare("sasl.jaas.config", str, "", "JAAS options of a mechanism; only read with a listener and mechanism "

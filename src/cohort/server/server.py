@@ -43,6 +43,7 @@ from cohort.security.sasl import (
     AuthenticationFailed,
     Authenticator,
     IllegalState,
+    jaas_options,
     mechanism_factory,
     plain_users_from_jaas,
 )
@@ -152,6 +153,8 @@ class Server:
         self._mechanisms = {l.name: self._enabled_mechanisms(l) for l in self.listeners if l.sasl}
         self._plain_users = {l.name: plain_users_from_jaas(config.for_listener(l.name, "sasl.jaas.config", "PLAIN"))
                              for l in self.listeners if l.sasl}
+        self._oauth_options = {l.name: jaas_options(config.for_listener(l.name, "sasl.jaas.config", "OAUTHBEARER"))
+                               for l in self.listeners if l.sasl}
         # resource type -> provider for DescribeConfigs / IncrementalAlterConfigs
         self.config_resources: dict[int, configs.ConfigProvider] = {}
         handlers.install(self)
@@ -307,7 +310,8 @@ class Server:
         sasl = None
         if listener.sasl:
             sasl = Authenticator(self._mechanisms[listener.name],
-                                 mechanism_factory(self._plain_users[listener.name], self.credentials))
+                                 mechanism_factory(self._plain_users[listener.name], self.credentials,
+                                                   self._oauth_options[listener.name]))
         return RequestContext(self, peer, listener, principal, sasl)
 
     def _log_refusal(self, peer: Any, reason: str) -> None:
