@@ -197,3 +197,48 @@ def test_oauthbearer_unsecured_jwt_with_confluent_kafka(secure):
         expired.poll(0.05)
     assert errors and errors[0].code() == ck.KafkaError._AUTHENTICATION, errors
     assert "invalid_token" in errors[0].str(), errors[0].str()  # the broker's JSON challenge
+
+
+def test_kip368_reauthentication(tmp_path):
+    srv = ServerProcess(tmp_path / "data", "listeners=SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms=PLAIN",
+                        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_JAAS}",
+                        "connections.max.reauth.ms=1500", log_path=str(tmp_path / "server.log")).start()
+    try:
+        conf = {"bootstrap.servers": f"127.0.0.1:{srv.ports['SASL_PLAINTEXT']}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
+        errors = []
+        p = ck.Producer({**conf, "error_cb": errors.append})
+        delivered = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # keeps one connection busy across three session lifetimes
+            p.produce("reauth", value=b"x", on_delivery=lambda err, m: delivered.append(err))
+            p.poll(0.1)
+        assert p.flush(10) == 0 and delivered and all(e is None for e in delivered), delivered[:3]
+        log_text = open(tmp_path / "server.log").read()
+        assert log_text.count("re-authenticated") >= 2, "librdkafka did not re-authenticate"
+        assert "expired" not in log_text and not [e for e in errors if e.code() == ck.KafkaError._AUTHENTICATION]
+
+        # a client that does not re-authenticate is cut off at its first request after the session ends
+        with socket.create_connection(("127.0.0.1", srv.ports["SASL_PLAINTEXT"]), timeout=5) as s:
+            from kio.index import load_request_schema
+
+            from cohort.protocol.codec import encode_request
+            from cohort.protocol.entities import build
+
+            def send(api, version, body, corr):
+                s.sendall(encode_request(api, version, corr, "raw", body))
+                size = struct.unpack(">i", s.recv(4))[0]
+                data = b""
+                while len(data) < size:
+                    data += s.recv(size - len(data))
+                return data
+
+            send(17, 1, build(load_request_schema(17, 1), mechanism="PLAIN"), 1)
+            send(36, 1, build(load_request_schema(36, 1), auth_bytes=b"\0alice\0alice-secret"), 2)
+            api_versions = build(load_request_schema(18, 3), client_software_name="raw", client_software_version="1")
+            send(18, 3, api_versions, 3)  # inside the session: answered
+            time.sleep(1.7)
+            s.sendall(encode_request(18, 3, 4, "raw", api_versions))
+            assert s.recv(4) == b""  # after it: closed
+    finally:
+        assert srv.stop() == 0

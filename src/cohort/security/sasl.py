@@ -157,7 +157,9 @@ class OAuthBearerServer:
         self.skew_ms = int(options.get("unsecuredValidatorAllowableClockSkewMs", "0") or 0)
         self.clock = clock
         self.principal: str | None = None
+        self.expiry_ms: float | None = None  # the token's exp, once accepted
         self._error: str | None = None
+        self._exp = 0.0
 
     @property
     def complete(self) -> bool:
@@ -179,6 +181,7 @@ class OAuthBearerServer:
             raise AuthenticationFailed("Authentication failed: Client requested an authorization id that is different "
                                        "from the token's principal name")
         self.principal = principal
+        self.expiry_ms = self._exp * 1000
         return b""
 
     @staticmethod
@@ -222,6 +225,7 @@ class OAuthBearerServer:
         missing = [s for s in self.required_scope if s not in scopes]
         if missing:
             raise _InvalidToken("insufficient_scope", " ".join(self.required_scope))
+        self._exp = exp
         return principal
 
 
@@ -269,9 +273,12 @@ class Authenticator:
     any --token refused--> failed (SASL_AUTHENTICATION_FAILED, then closed)
     """
 
-    def __init__(self, enabled: tuple[str, ...], make: Callable[[str], Mechanism]) -> None:
+    def __init__(self, enabled: tuple[str, ...], make: Callable[[str], Mechanism],
+                 reauthenticating: tuple[str, str] | None = None) -> None:
         self.enabled = enabled
         self._make = make
+        # KIP-368: (mechanism, principal) of the session being renewed; neither may change
+        self.reauthenticating = reauthenticating
         self.state = State.INITIAL
         self.raw_tokens = False  # a v0 handshake: tokens travel without Kafka headers
         self.mechanism_name: str | None = None
@@ -304,6 +311,9 @@ class Authenticator:
         self.check_request(SASL_HANDSHAKE)
         if mechanism not in self.enabled:
             return UNSUPPORTED_SASL_MECHANISM
+        if self.reauthenticating is not None and mechanism != self.reauthenticating[0]:
+            raise AuthenticationFailed(f"SASL mechanism {mechanism} is not the mechanism of the session being "
+                                       f"re-authenticated ({self.reauthenticating[0]})")
         self.mechanism_name = mechanism
         self._mechanism = self._make(mechanism)
         self.raw_tokens = version == 0
@@ -316,9 +326,17 @@ class Authenticator:
             raise IllegalState("a SASL token before the handshake")
         challenge = self._mechanism.step(data)
         if self._mechanism.complete:
+            if self.reauthenticating is not None and self._mechanism.principal != self.reauthenticating[1]:
+                raise AuthenticationFailed(f"Cannot change principals during re-authentication from "
+                                           f"User:{self.reauthenticating[1]}: User:{self._mechanism.principal}")
             self.principal = self._mechanism.principal
             self.state = State.COMPLETE
         return challenge
+
+    def credential_lifetime_ms(self, now_ms: float) -> float | None:
+        """How long the credential stays valid (an OAUTHBEARER token's ``exp``), if it expires."""
+        expiry = getattr(self._mechanism, "expiry_ms", None)
+        return None if expiry is None else max(expiry - now_ms, 0)
 
 
 def mechanism_factory(plain_users: Mapping[str, str], store: CredentialStore,

@@ -39,6 +39,10 @@ declare("sasl.server.max.receive.size", int, 524288, "Largest frame accepted bef
 declare("connection.failed.authentication.delay.ms", int, 100, "After a failed authentication the error "
         "is sent at once and the connection is closed this much later (slows password guessing).",
         minimum=0, group="security")
+declare("connections.max.reauth.ms", int, 0, "KIP-368: a SASL session lasts this long (and no longer than an "
+        "OAUTHBEARER token), then the client must re-authenticate on the same connection or it is closed at its "
+        "next request. 0: sessions do not expire. Can be set per listener and mechanism.", minimum=0,
+        group="security")
 declare("ssl.keystore.type", str, "PEM", "Only PEM (a file, or inline PEM) is supported.", choices=("PEM",),
         group="security")
 declare("ssl.keystore.location", str, "", "PEM file with the listener's certificate chain and private key.",

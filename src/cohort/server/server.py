@@ -17,6 +17,7 @@ import importlib
 import logging
 import socket
 import struct
+import time
 from typing import Any, Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
@@ -69,7 +70,8 @@ class RequestContext:
     """What a handler may use besides the request itself: the connection's listener and its
     authenticated principal."""
 
-    __slots__ = ("server", "broker", "config", "peer", "warned_invalid", "listener", "principal", "sasl")
+    __slots__ = ("server", "broker", "config", "peer", "warned_invalid", "listener", "principal", "sasl",
+                 "mechanism", "session_expiry", "auth_started")
 
     def __init__(self, server: "Server", peer: Any, listener: Listener | None = None, principal: str = ANONYMOUS,
                  sasl: Authenticator | None = None) -> None:
@@ -81,6 +83,9 @@ class RequestContext:
         self.listener = listener if listener is not None else server.listeners[0]
         self.principal = principal  # "User:<name>"
         self.sasl = sasl  # the SASL exchange while it runs (None once complete, or without SASL)
+        self.mechanism: str | None = None  # the SASL mechanism of the session
+        self.session_expiry: float | None = None  # loop time when the SASL session ends (KIP-368)
+        self.auth_started = 0.0  # loop time the last (re-)authentication began
 
     def authorize(self, operation: int, resource_type: int, name: str) -> bool:
         """Whether this connection's principal may do ``operation`` on the resource (always,
@@ -307,12 +312,7 @@ class Server:
                     principal = "User:" + self._principal_rules[listener.name].name(tls.subject_dn(cert))
                 except ValueError as exc:
                     raise _Close(str(exc)) from None
-        sasl = None
-        if listener.sasl:
-            sasl = Authenticator(self._mechanisms[listener.name],
-                                 mechanism_factory(self._plain_users[listener.name], self.credentials,
-                                                   self._oauth_options[listener.name]))
-        return RequestContext(self, peer, listener, principal, sasl)
+        return RequestContext(self, peer, listener, principal, self._authenticator(listener) if listener.sasl else None)
 
     def _log_refusal(self, peer: Any, reason: str) -> None:
         """One WARNING a minute for refused connections, with how many were refused."""
@@ -368,6 +368,8 @@ class Server:
             state.frame_started = None
             state.last_active = clock()
             failure = None
+            if ctx.session_expiry is not None and ctx.sasl is None:
+                self._check_session(frame, ctx, clock())
             try:
                 if ctx.sasl is not None:
                     item, failure = self._authenticate(frame, ctx)
@@ -453,7 +455,10 @@ class Server:
             auth.api_versions()
             return (request.correlation_id, codec, self.apis.lookup(API_VERSIONS_KEY, request.version)(ctx, request)), None
         if request.api_key == SASL_HANDSHAKE_KEY:
-            code = auth.handshake(request.body.mechanism, request.version)
+            try:
+                code = auth.handshake(request.body.mechanism, request.version)
+            except AuthenticationFailed as exc:
+                return None, f"re-authentication of {ctx.principal} failed: {exc}"
             answer = build(resp, error_code=ErrorCode(code), mechanisms=auth.enabled)
             failure = None if code == 0 else f"SASL mechanism {request.body.mechanism!r} is not enabled"
             return (request.correlation_id, codec, answer), failure
@@ -464,16 +469,51 @@ class Server:
             answer = build(resp, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b"",
                            session_lifetime=_NO_LIFETIME)
             return (request.correlation_id, codec, answer), f"SASL authentication failed for {ctx.peer}: {exc}"
-        self._maybe_authenticated(ctx)
+        lifetime = self._maybe_authenticated(ctx)
         answer = build(resp, error_code=ErrorCode.none, error_message=None, auth_bytes=challenge or b"",
-                       session_lifetime=_NO_LIFETIME)
+                       session_lifetime=lifetime)
         return (request.correlation_id, codec, answer), None
 
-    @staticmethod
-    def _maybe_authenticated(ctx: RequestContext) -> None:
-        if ctx.sasl.complete:
-            ctx.principal = "User:" + ctx.sasl.principal
-            ctx.sasl = None
+    def _check_session(self, frame: bytes, ctx: RequestContext, now: float) -> None:
+        """KIP-368 on an authenticated connection: a SaslHandshake (at least a second after the
+        last authentication began) starts re-authentication; any other request after the
+        session expired closes the connection."""
+        api_key = struct.unpack_from(">h", frame)[0] if len(frame) >= 2 else -1
+        if api_key == SASL_HANDSHAKE_KEY and now - ctx.auth_started >= 1.0:
+            ctx.sasl = self._authenticator(ctx.listener, (ctx.mechanism, ctx.principal.removeprefix("User:")))
+            ctx.auth_started = now
+        elif now >= ctx.session_expiry:
+            raise _Close(f"SASL session of {ctx.principal} expired (connections.max.reauth.ms) without re-authentication")
+
+    def _authenticator(self, listener: Listener, reauthenticating: tuple[str, str] | None = None) -> Authenticator:
+        return Authenticator(self._mechanisms[listener.name],
+                             mechanism_factory(self._plain_users[listener.name], self.credentials,
+                                               self._oauth_options[listener.name]), reauthenticating)
+
+    def _maybe_authenticated(self, ctx: RequestContext) -> datetime.timedelta:
+        """After a token: if the exchange completed, the principal and the session's end (its
+        lifetime is returned for SaslAuthenticate v1+, 0 = no expiry)."""
+        auth = ctx.sasl
+        if not auth.complete:
+            return _NO_LIFETIME
+        loop_now = asyncio.get_running_loop().time()
+        lifetimes = [self.config.for_listener(ctx.listener.name, "connections.max.reauth.ms", auth.mechanism_name)]
+        token = auth.credential_lifetime_ms(time.time() * 1000)
+        if token is not None:
+            lifetimes.append(token)
+        lifetime = min((t for t in lifetimes if t > 0), default=0)
+        if auth.reauthenticating is None:
+            log.info("authenticated %s as User:%s on listener %s (%s)", ctx.peer, auth.principal, ctx.listener.name,
+                     auth.mechanism_name)
+        else:
+            log.info("re-authenticated %s as User:%s on listener %s", ctx.peer, auth.principal, ctx.listener.name)
+        ctx.principal = "User:" + auth.principal
+        ctx.mechanism = auth.mechanism_name
+        ctx.session_expiry = loop_now + lifetime / 1000 if lifetime else None
+        if not ctx.auth_started:
+            ctx.auth_started = loop_now
+        ctx.sasl = None
+        return datetime.timedelta(milliseconds=lifetime)
 
     def _encode_failed(self, correlation_id: int, codec: ApiCodec) -> bytes | None:
         """After a response failed to encode (logged here, once): an error-only answer, or None
