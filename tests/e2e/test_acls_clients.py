@@ -104,6 +104,23 @@ def test_acls_for_one_consumer_group(tmp_path):
             assert sorted(got) == sorted(b"o%d" % i for i in range(10))
         finally:
             c.close()
+        # a regex subscription matches only the topics alice may describe (KIP-848): orders, not secret
+        rc = ck.Consumer({**alice, "group.id": "orders-regex", "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+        try:
+            assigned: set = set()
+            rc.subscribe(["^(orders|secret)$"], on_assign=lambda c, parts: assigned.update((p.topic, p.partition) for p in parts))
+            deadline = time.monotonic() + 20
+            while len(assigned) < 2 and time.monotonic() < deadline:
+                rc.poll(0.2)
+            time.sleep(1)
+            rc.poll(0.2)
+            assert assigned == {("orders", 0), ("orders", 1)}, assigned
+            # and on the broker's side (the client could not name a topic it may not describe anyway)
+            described = admin.describe_consumer_groups(["orders-regex"])["orders-regex"].result(10)
+            owned = {(tp.topic, tp.partition) for m in described.members for tp in m.assignment.topic_partitions}
+            assert owned == {("orders", 0), ("orders", 1)}, owned
+        finally:
+            rc.close()
         alice_admin = AdminClient(alice)
         group = alice_admin.describe_consumer_groups(["orders-app"], include_authorized_operations=True)["orders-app"].result(10)
         assert set(group.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}  # what alice may do

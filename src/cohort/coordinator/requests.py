@@ -9,7 +9,7 @@ by `uuid.UUID` in heartbeat assignments. `None` in a heartbeat field means "unch
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 Assignment = Mapping[uuid.UUID, tuple[int, ...]]
@@ -32,6 +32,9 @@ class ConsumerGroupHeartbeatRequest:
     api_version: int = 1
     client_id: str = ""
     client_host: str = ""
+    # The topics the member's principal may describe (KIP-848: a regex resolved during this
+    # heartbeat matches only those); None when there is no authorizer.
+    topic_filter: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,6 +184,7 @@ class GroupCoordinatorShard:
         self._pending_groups: collections.Counter[str] = collections.Counter()
         self._batch: list[Record] | None = None
         self._deferred: list[Callable[[], None]] = []
+        self._topic_filter: Callable[[str], bool] | None = None  # see _heartbeat
         self._completions: list[tuple[int, object]] = []
         self._request_ids = itertools.count(1)
         self._request_id = 0
@@ -466,6 +467,13 @@ class GroupCoordinatorShard:
                                               member.assigned_partitions if full else None)
 
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int) -> ConsumerGroupHeartbeatResponse:
+        self._topic_filter = req.topic_filter  # regexes resolved in this heartbeat see only these topics
+        try:
+            return self._heartbeat_checked(req, now)
+        finally:
+            self._topic_filter = None
+
+    def _heartbeat_checked(self, req: ConsumerGroupHeartbeatRequest, now: int) -> ConsumerGroupHeartbeatResponse:
         self._validate_heartbeat(req)
         epoch = req.member_epoch
         if epoch < 0:
@@ -728,12 +736,16 @@ class GroupCoordinatorShard:
         return self.state.groups[gid].members[new_member_id]
 
     def _emit_regex(self, group: ConsumerGroup, regex: str, now: int) -> bool:
-        """Resolve a regex against the image (RE2, full match); emit a record if the result changed."""
+        """Resolve a regex against the image (RE2, full match), keeping only the topics the
+        heartbeating member may describe when ACLs are on (Kafka resolves with the request
+        context of the member whose heartbeat triggered the refresh); emit a record if the
+        result changed."""
         try:
             pattern = re2.compile(regex)
         except re2.error:
             return False
-        topics = tuple(sorted(n for n in self.image.by_name if pattern.fullmatch(n)))
+        allowed = self._topic_filter
+        topics = tuple(sorted(n for n in self.image.by_name if pattern.fullmatch(n) and (allowed is None or allowed(n))))
         old = group.resolved_regexes.get(regex)
         if old is not None and old.topics == frozenset(topics):
             return False

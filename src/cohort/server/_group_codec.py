@@ -49,7 +49,8 @@ def millis(td: datetime.timedelta) -> int:
 # --- ConsumerGroupHeartbeat ---------------------------------------------------------------------
 
 
-def heartbeat_request(body: Any, version: int, client_id: str, client_host: str) -> rq.ConsumerGroupHeartbeatRequest:
+def heartbeat_request(body: Any, version: int, client_id: str, client_host: str,
+                      topic_filter: Callable[[str], bool] | None = None) -> rq.ConsumerGroupHeartbeatRequest:
     owned = body.topic_partitions
     return rq.ConsumerGroupHeartbeatRequest(
         group_id=body.group_id,
@@ -65,6 +66,7 @@ def heartbeat_request(body: Any, version: int, client_id: str, client_host: str)
         api_version=version,
         client_id=client_id,
         client_host=client_host,
+        topic_filter=topic_filter,
     )
 
 

@@ -564,7 +564,11 @@ class GroupCoordinator:
                 return wire.heartbeat_error(resp_type, Errors.GROUP_AUTHORIZATION_FAILED, None)
             if any(not ctx.authorize(acls.DESCRIBE, acls.TOPIC, t) for t in req.body.subscribed_topic_names or ()):
                 return wire.heartbeat_error(resp_type, Errors.TOPIC_AUTHORIZATION_FAILED, None)
-        request = wire.heartbeat_request(req.body, req.version, req.client_id or "", wire.client_host(ctx.peer))
+        topic_filter = None
+        if ctx.server.authorizer is not None:  # any heartbeat may refresh the group's regexes
+            topic_filter = lambda name: ctx.authorize(acls.DESCRIBE, acls.TOPIC, name)  # noqa: E731
+        request = wire.heartbeat_request(req.body, req.version, req.client_id or "", wire.client_host(ctx.peer),
+                                         topic_filter)
         return self.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
 
     # --- ConsumerGroupDescribe (69) ----------------------------------------------------------
