@@ -242,3 +242,34 @@ def test_kip368_reauthentication(tmp_path):
             assert s.recv(4) == b""  # after it: closed
     finally:
         assert srv.stop() == 0
+
+
+NODE_DIR = os.path.join(os.path.dirname(__file__), "node")
+
+
+def test_kcat_and_kafkajs_over_sasl_ssl_scram(secure):
+    import json
+    import shutil
+    import subprocess
+
+    assert shutil.which("kcat"), "kcat is missing: run `make e2e-tools`"
+    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "kafkajs")), "kafkajs is missing: run `make e2e-tools`"
+    add_scram_user(secure, "tools", "tools-secret")
+    bootstrap = addr(secure, "SASL_SSL")
+    kcat = ["kcat", "-b", bootstrap, "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+            "-X", "sasl.username=tools", "-X", "sasl.password=tools-secret", "-X", f"ssl.ca.location={secure.pki.ca}"]
+    subprocess.run(kcat + ["-P", "-t", "kcat-secure", "-p", "0"], input=b"one\ntwo\nthree\n", check=True, timeout=30)
+    out = subprocess.run(kcat + ["-C", "-t", "kcat-secure", "-p", "0", "-o", "beginning", "-e", "-q"],
+                         capture_output=True, check=True, timeout=30).stdout
+    assert out.split() == [b"one", b"two", b"three"]
+    wrong = subprocess.run(kcat[:-4] + ["-X", "sasl.password=nope", "-X", f"ssl.ca.location={secure.pki.ca}", "-L"],
+                           capture_output=True, timeout=30)
+    assert wrong.returncode != 0 and b"Authentication failed" in wrong.stderr + wrong.stdout
+
+    node = subprocess.run(["node", os.path.join(NODE_DIR, "secure.js"), bootstrap, secure.pki.ca, "tools", "tools-secret",
+                           "kafkajs-secure", "5"], capture_output=True, text=True, timeout=60)
+    assert node.returncode == 0, node.stdout + node.stderr
+    assert sorted(json.loads(node.stdout.strip().splitlines()[-1])["read"]) == [f"k{i}" for i in range(5)]
+    bad = subprocess.run(["node", os.path.join(NODE_DIR, "secure.js"), bootstrap, secure.pki.ca, "tools", "nope",
+                          "kafkajs-secure", "1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "SASL SCRAM SHA512 authentication failed" in bad.stdout, bad.stdout

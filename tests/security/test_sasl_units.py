@@ -188,3 +188,33 @@ def test_oauthbearer_unsecured_jws():
     other = make()
     with pytest.raises(AuthenticationFailed, match="authorization id"):
         other.step(oauth_message(unsecured_jwt({"sub": "alice", "exp": now + 60}), authzid="bob"))
+
+
+def test_scram_accepts_librdkafkas_repeated_client_nonce_as_kafka_does(tmp_path):
+    """librdkafka < 2.6.1 sends r=<client nonce><client nonce + server nonce>; Kafka's
+    ScramSaslServer checks endsWith, so such clients (Debian's kcat) authenticate."""
+    import base64
+    import hashlib
+    import hmac
+
+    store = store_with(tmp_path)
+    for proof_ok in (True, False):
+        auth = Authenticator(("SCRAM-SHA-512",), mechanism_factory({}, store))
+        auth.handshake("SCRAM-SHA-512", 1)
+        cnonce = "abcdefghijklmnop"
+        first_bare = f"n=alice,r={cnonce}"
+        server_first = auth.token(("n,," + first_bare).encode()).decode()
+        attrs = dict(kv.split("=", 1) for kv in server_first.split(","))
+        salted = cr.salted_password("SCRAM-SHA-512", "alice-secret" if proof_ok else "wrong",
+                                    base64.b64decode(attrs["s"]), int(attrs["i"]))
+        without_proof = f"c=biws,r={cnonce}{attrs['r']}"
+        auth_message = f"{first_bare},{server_first},{without_proof}".encode()
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha512).digest()
+        signature = hmac.new(hashlib.sha512(client_key).digest(), auth_message, hashlib.sha512).digest()
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+        if proof_ok:
+            final = auth.token(f"{without_proof},p={proof}".encode())
+            assert final.startswith(b"v=") and auth.complete and auth.principal == "alice"
+        else:
+            with pytest.raises(AuthenticationFailed):
+                auth.token(f"{without_proof},p={proof}".encode())

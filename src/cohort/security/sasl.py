@@ -22,6 +22,8 @@ import enum
 import hmac
 import json
 import re
+import logging
+import os
 import time
 from typing import Callable, Mapping, Protocol
 
@@ -29,6 +31,7 @@ import scramp
 
 from cohort.security.credentials import HASHES, CredentialStore
 
+_log = logging.getLogger("cohort.security")
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
@@ -91,9 +94,13 @@ class ScramServer:
     def __init__(self, mechanism: str, store: CredentialStore) -> None:
         self.mechanism = mechanism
         self.store = store
-        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
+        # Kafka's server nonce: 130 random bits in base 36. scramp's default nonce may contain '='
+        # and '/', which librdkafka before 2.1 (kcat on Debian 12 ships 2.0.2) garbles, failing
+        # the exchange with "Server nonce doesn't match".
+        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info, s_nonce=_base36_nonce())
         self._round = 0
         self._user: str | None = None
+        self._cred = None
         self.principal: str | None = None
 
     def _auth_info(self, username: str):
@@ -101,11 +108,35 @@ class ScramServer:
         if cred is None:
             raise scramp.ScramException("unknown user")
         self._user = username
+        self._cred = cred
         return cred.salt, cred.stored_key, cred.server_key, cred.iterations
 
     @property
     def complete(self) -> bool:
         return self.principal is not None
+
+    def _suffix_nonce_final(self, client_final: str) -> bytes:
+        """The client-final check Kafka's ScramSaslServer makes: the nonce must *end with* the
+        server-first nonce. librdkafka before 2.6.1 repeats its client nonce in front of it
+        (confluentinc/librdkafka#4895; Debian 12's kcat links 2.0.2), which scramp, following
+        RFC 5802 to the letter, refuses; Kafka accepts it, so cohort verifies such a message
+        itself, against the message as the client signed it."""
+        fields = client_final.split(",")
+        nonce = next((f[2:] for f in fields if f.startswith("r=")), "")
+        full = str(self._server.nonce)
+        if not fields[-1].startswith("p=") or nonce == full or not nonce.endswith(full) or self._cred is None:
+            raise self._failed()
+        without_proof = client_final[: client_final.rindex(",p=")]
+        auth_message = f"{self._server.client_first_bare},{self._server.server_first},{without_proof}".encode()
+        h = HASHES[self.mechanism]
+        signature = hmac.new(self._cred.stored_key, auth_message, h).digest()
+        proof = base64.b64decode(fields[-1][2:])
+        if len(proof) != len(signature):
+            raise self._failed()
+        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        if not hmac.compare_digest(h(client_key).digest(), self._cred.stored_key):
+            raise self._failed()
+        return b"v=" + base64.b64encode(hmac.new(self._cred.server_key, auth_message, h).digest())
 
     def _failed(self) -> AuthenticationFailed:
         return AuthenticationFailed("Authentication failed during authentication due to invalid credentials with "
@@ -123,15 +154,29 @@ class ScramServer:
                                                "different from username")
                 return self._server.get_server_first().encode()
             if self._round == 2:
-                self._server.set_client_final(text)
-                final = self._server.get_server_final().encode()
+                try:
+                    self._server.set_client_final(text)
+                    final = self._server.get_server_final().encode()
+                except scramp.ScramException:
+                    final = self._suffix_nonce_final(text)
                 self.principal = self._user
                 return final
         except AuthenticationFailed:
             raise
-        except Exception:  # noqa: BLE001 - scramp raises several types; the client learns nothing more
+        except Exception as exc:  # noqa: BLE001 - scramp raises several types; the client learns nothing more
+            _log.debug("SCRAM exchange failed in round %d: %s", self._round, exc)
             raise self._failed() from None
         raise self._failed()
+
+
+def _base36_nonce() -> str:
+    n = int.from_bytes(os.urandom(17), "big") >> 6  # 130 bits
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = []
+    while n:
+        n, r = divmod(n, 36)
+        out.append(digits[r])
+    return "".join(reversed(out)) or "0"
 
 
 def _scram_authzid(client_first: str) -> str | None:
