@@ -46,3 +46,35 @@ def test_fuzzed_frames_leave_the_broker_serving_and_the_data_intact(tmp_path):
         assert read_canary(again.bootstrap) == {b"canary %d" % i for i in range(1000)}
     finally:
         assert again.stop() == 0
+
+
+def test_fuzzed_frames_on_tls_and_sasl_listeners(tmp_path):
+    """The same mutated frames against a SASL_SSL listener (before authentication only the
+    handshake APIs are served, so most frames close their connection) and a SASL_PLAINTEXT one:
+    nothing crashes, hangs or leaves a traceback, and the PLAINTEXT listener keeps serving."""
+    import ssl
+
+    from cohort.security.testcerts import make_pki
+
+    seed = int(os.environ.get("COHORT_FUZZ_SEED", random.randrange(1 << 30)))
+    seconds = float(os.environ.get("COHORT_FUZZ_SECONDS", 60)) / 4
+    print(f"fuzz seed {seed}")
+    pki = make_pki(str(tmp_path / "pki"))
+    log = tmp_path / "server.log"
+    srv = ServerProcess(tmp_path / "data", *LIMITS,
+                        "listeners=PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                        f"ssl.keystore.location={pki.server}", log_path=str(log)).start()
+    try:
+        produce_canary(srv.bootstrap)
+        client_tls = ssl.create_default_context(cafile=pki.ca)
+        for listener, context in (("SASL_SSL", client_tls), ("SASL_PLAINTEXT", None)):
+            tally = asyncio.run(fuzz("127.0.0.1", srv.ports[listener], load_corpus(CORPUS), seed=seed, seconds=seconds,
+                                     answer_timeout=5, ssl=context))
+            print(listener, tally)
+            assert srv.proc.poll() is None, "the broker died"
+            assert tally.unanswered == 0, f"hangs on {listener} (seed {seed}): {tally.hang_samples}"
+            assert tally.misordered == 0 and tally.frames > 5 * seconds and tally.closed > 0
+        assert read_canary(srv.bootstrap) == {b"canary %d" % i for i in range(1000)}
+    finally:
+        assert srv.stop() == 0
+    assert "Traceback" not in log.read_text(errors="replace"), f"seed {seed}: a traceback in {log}"

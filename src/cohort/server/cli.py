@@ -43,6 +43,14 @@ def resolve_config(args: argparse.Namespace) -> Config:
     return config.replace({k: v for k, v in flags.items() if v is not None})
 
 
+_SECRETS = ("sasl.jaas.config", "ssl.key.password", "ssl.keystore.key")
+
+
+def _has_secrets(config: Config) -> bool:
+    """Whether the settings hold a password or a key (plain or listener-prefixed)."""
+    return any(name.endswith(_SECRETS) and config[name] for name in config)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         config = resolve_config(args)
@@ -50,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"cohort serve: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.config and _has_secrets(config):
+        from cohort.security import files
+
+        files.warn_if_loose(args.config)  # it holds passwords (JAAS users, key passwords)
     try:
         import uvloop
 

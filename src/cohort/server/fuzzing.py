@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+from typing import Any
 from dataclasses import dataclass, field
 
 from cohort.protocol.codec import MalformedRequest, UnsupportedApi, decode_request
@@ -174,13 +175,14 @@ def _expects_answer(frame: bytes, table: VersionTable) -> bool:
 
 
 async def fuzz_connection(host: str, port: int, mutator: Mutator, table: VersionTable, tally: Tally, rounds: int,
-                          answer_timeout: float, next_corr: list[int]) -> None:
-    """Send up to ``rounds`` writes on one connection (reconnecting after every close)."""
+                          answer_timeout: float, next_corr: list[int], ssl: Any = None) -> None:
+    """Send up to ``rounds`` writes on one connection (reconnecting after every close); ``ssl``
+    is an SSLContext for a TLS listener."""
     reader = writer = None
     try:
         for _ in range(rounds):
             if writer is None:
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await asyncio.open_connection(host, port, ssl=ssl)
                 tally.connections += 1
             batch = []
             for _ in range(mutator.rng.choice((1, 1, 1, 2, 3))):
@@ -230,7 +232,7 @@ async def fuzz_connection(host: str, port: int, mutator: Mutator, table: Version
 
 async def fuzz(host: str, port: int, seeds: list[bytes], *, seed: int, frames: int | None = None,
                seconds: float | None = None, connections: int = 8, answer_timeout: float = 5.0,
-               table: VersionTable | None = None, progress=None) -> Tally:
+               table: VersionTable | None = None, progress=None, ssl: Any = None) -> Tally:
     """Fuzz until ``frames`` frames were sent or ``seconds`` passed, on ``connections`` at once."""
     from cohort.protocol.versions import default_table
 
@@ -241,7 +243,7 @@ async def fuzz(host: str, port: int, seeds: list[bytes], *, seed: int, frames: i
     next_corr = [1]
     workers = [Mutator(seeds, seed * 1000 + i) for i in range(connections)]
     while (frames is None or tally.frames < frames) and (deadline is None or loop.time() < deadline):
-        await asyncio.gather(*(fuzz_connection(host, port, m, table, tally, 50, answer_timeout, next_corr)
+        await asyncio.gather(*(fuzz_connection(host, port, m, table, tally, 50, answer_timeout, next_corr, ssl)
                                for m in workers))
         if progress is not None:
             progress(tally)
