@@ -273,3 +273,48 @@ def test_kcat_and_kafkajs_over_sasl_ssl_scram(secure):
     bad = subprocess.run(["node", os.path.join(NODE_DIR, "secure.js"), bootstrap, secure.pki.ca, "tools", "nope",
                           "kafkajs-secure", "1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "SASL SCRAM SHA512 authentication failed" in bad.stdout, bad.stdout
+
+
+def test_kafka_python_over_ssl_with_a_client_certificate_and_aiokafka_over_plain(secure, caplog):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    cert, key = secure.pki.client("svc-python")
+    tls = {"bootstrap_servers": addr(secure, "SSL"), "security_protocol": "SSL", "ssl_cafile": secure.pki.ca,
+           "ssl_certfile": cert, "ssl_keyfile": key, "ssl_check_hostname": False}
+    producer = KafkaProducer(**tls)
+    producer.send("kp-ssl", b"certified", partition=0).get(timeout=10)
+    producer.close()
+    consumer = KafkaConsumer(**tls, auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    consumer.assign([TopicPartition("kp-ssl", 0)])
+    assert [m.value for m in consumer] == [b"certified"]
+    consumer.close()
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTP
+
+    plain = {"bootstrap_servers": addr(secure, "SASL_PLAINTEXT"), "security_protocol": "SASL_PLAINTEXT",
+             "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"}
+
+    async def scenario():
+        p = AIOKafkaProducer(**plain)
+        await p.start()
+        try:
+            await p.send_and_wait("aio-plain", b"plain ok", partition=0)
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(**plain, auto_offset_reset="earliest")
+        await c.start()
+        try:
+            c.assign([AioTP("aio-plain", 0)])
+            assert (await asyncio.wait_for(c.getone(), 15)).value == b"plain ok"
+        finally:
+            await c.stop()
+        bad = AIOKafkaProducer(**{**plain, "sasl_plain_password": "nope"})
+        with pytest.raises(Exception) as exc:
+            await bad.start()
+        await bad.stop()
+        return exc.value
+
+    failure = asyncio.run(scenario())
+    # aiokafka logs the broker's answer (error 58 and its message), then reports it cannot bootstrap
+    assert "Invalid username or password" in caplog.text, repr(failure)

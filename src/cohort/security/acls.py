@@ -139,10 +139,19 @@ class Authorizer:
         self._index()
 
     def _index(self) -> None:
+        """Literal ACLs by (type, name) (the ``*`` ones under that name), prefixed ones by type."""
         by_type: dict[int, list[AclBinding]] = {}
+        literal: dict[tuple[int, str], list[AclBinding]] = {}
+        prefixed: dict[int, list[AclBinding]] = {}
         for b in self._bindings:
             by_type.setdefault(b.resource_type, []).append(b)
+            if b.pattern_type == LITERAL:
+                literal.setdefault((b.resource_type, b.resource_name), []).append(b)
+            else:
+                prefixed.setdefault(b.resource_type, []).append(b)
         self._by_type = by_type
+        self._literal = literal
+        self._prefixed = prefixed
         self._cache: dict[tuple, bool] = {}
 
     @property
@@ -163,9 +172,8 @@ class Authorizer:
     def _decide(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
         if principal in self.super_users:
             return True
-        on_resource = [b for b in self._by_type.get(resource_type, ())
-                       if (b.pattern_type == LITERAL and b.resource_name in (name, WILDCARD))
-                       or (b.pattern_type == PREFIXED and name.startswith(b.resource_name))]
+        on_resource = self._literal.get((resource_type, name), []) + self._literal.get((resource_type, WILDCARD), []) + [
+            b for b in self._prefixed.get(resource_type, ()) if name.startswith(b.resource_name)]
         if not on_resource:
             return self.allow_if_no_acl
         allowed = False
