@@ -97,40 +97,39 @@ class CredentialStore:
         for name, *_ in deletions + upsertions:
             seen[name] = seen.get(name, 0) + 1
         updated = dict(self._creds)
+
+        def refused(name: str, mech_id: int) -> tuple[int, str] | None:
+            if seen[name] > 1:
+                return DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"
+            if not name:
+                return UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+            if mech_id not in MECHANISMS:
+                return UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+            return None
+
         for name, mech_id in deletions:
             if name in results:
                 continue
-            mech = MECHANISMS.get(mech_id)
-            if seen[name] > 1:
-                results[name] = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-            elif not name:
-                results[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-            elif mech is None:
-                results[name] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-            elif (name, mech) not in updated:
-                results[name] = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-            else:
-                del updated[(name, mech)]
-                results[name] = (0, None)
+            error = refused(name, mech_id)
+            if error is None and (name, MECHANISMS[mech_id]) not in updated:
+                error = RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+            if error is None:
+                del updated[(name, MECHANISMS[mech_id])]
+            results[name] = error or (0, None)
         for name, mech_id, iterations, salt, salted in upsertions:
             if name in results:
                 continue
-            mech = MECHANISMS.get(mech_id)
-            if seen[name] > 1:
-                results[name] = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-            elif not name:
-                results[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-            elif mech is None:
-                results[name] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-            elif iterations < MIN_ITERATIONS:
-                results[name] = (UNACCEPTABLE_CREDENTIAL, "Too few iterations")
-            elif iterations > MAX_ITERATIONS:
-                results[name] = (UNACCEPTABLE_CREDENTIAL, "Too many iterations")
-            elif not salt or not salted:
-                results[name] = (UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
-            else:
+            error = refused(name, mech_id)
+            if error is None and iterations < MIN_ITERATIONS:
+                error = UNACCEPTABLE_CREDENTIAL, "Too few iterations"
+            elif error is None and iterations > MAX_ITERATIONS:
+                error = UNACCEPTABLE_CREDENTIAL, "Too many iterations"
+            elif error is None and (not salt or not salted):
+                error = UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty"
+            if error is None:
+                mech = MECHANISMS[mech_id]
                 updated[(name, mech)] = derive(mech, salted, salt, iterations)
-                results[name] = (0, None)
+            results[name] = error or (0, None)
         if updated != self._creds:
             self._write(updated)
             self._creds = updated
