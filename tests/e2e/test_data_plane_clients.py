@@ -317,14 +317,14 @@ def test_offsets_for_times_inside_compressed_batches(server, codec):
 
 
 def test_keyless_produce_to_a_compacted_topic_fails_delivery(server):
+    """(A batch mixing keyed and keyless records is refused as a whole, with one RecordError per
+    keyless record: tests/server/test_data_plane.py, where the batch is built by hand.)"""
     create(server, "compacted-e2e", 1, cleanup_policy="compact")
     p = ck.Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5, "retries": 0})
     results = []
     p.produce("compacted-e2e", value=b"no key", on_delivery=lambda err, m: results.append(err))
-    p.produce("compacted-e2e", key=b"k", value=b"keyed", on_delivery=lambda err, m: results.append(err))
     p.flush(10)
-    # librdkafka sends the two as one batch: Kafka refuses the whole batch
-    assert [e.code() if e else None for e in results] == [ck.KafkaError.INVALID_RECORD] * 2
+    assert [e.code() if e else None for e in results] == [ck.KafkaError.INVALID_RECORD]
     p.produce("compacted-e2e", key=b"k", value=b"keyed", on_delivery=lambda err, m: results.append(err))
     p.flush(10)
     assert results[-1] is None
