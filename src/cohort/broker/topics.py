@@ -13,6 +13,8 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from cohort.security import files
+
 META_FILE = "cohort-meta.json"
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -182,16 +184,4 @@ class MetadataStore:
                 "topics": [t.to_json() for t in sorted(state.topics.values(), key=lambda t: t.name)],
             },
         ).encode()
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        files.replace_atomically(self.path, data)

@@ -32,13 +32,6 @@ DUPLICATE_RESOURCE = 92
 UNACCEPTABLE_CREDENTIAL = 93
 
 
-class CredentialError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 @dataclass(frozen=True, slots=True)
 class ScramCredential:
     salt: bytes

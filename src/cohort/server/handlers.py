@@ -579,8 +579,9 @@ def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
 def describe_cluster(ctx: "RequestContext", req: DecodedRequest) -> Any:
     resp = req.codec.response_type
     endpoint_type = getattr(req.body, "endpoint_type", 1)
+    host, port = ctx.endpoint()
     brokers = (
-        build(nested(resp, "brokers"), broker_id=ctx.broker.node_id, host=ctx.endpoint()[0], port=ctx.endpoint()[1], rack=None),
+        build(nested(resp, "brokers"), broker_id=ctx.broker.node_id, host=host, port=port, rack=None),
     )
     if endpoint_type != 1:
         return build(resp, throttle_time=ZERO, error_code=E.unsupported_endpoint_type, error_message="only broker endpoints are described",
