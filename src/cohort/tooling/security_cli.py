@@ -87,6 +87,25 @@ def _admin(args: argparse.Namespace):
     return AdminClient(conf)
 
 
+def _reported(command: str):
+    """Run a subcommand: a usage error is one line and exit 2, a broker's refusal its message
+    and exit 1."""
+    def wrap(fn):
+        def run(args: argparse.Namespace) -> int:
+            from confluent_kafka import KafkaException
+
+            try:
+                return fn(args)
+            except UsageError as exc:
+                print(f"cohort {command} {args.action}: error: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            except KafkaException as exc:
+                print(f"cohort {command} {args.action}: {exc.args[0].str()}", file=sys.stderr)
+                return EXIT_FAILURE
+        return run
+    return wrap
+
+
 # --- acls ---------------------------------------------------------------------------------------
 
 
@@ -136,54 +155,47 @@ def _pattern(name: str):
     return getattr(ResourcePatternType, name.upper())
 
 
+@_reported("acls")
 def run_acls(args: argparse.Namespace) -> int:
-    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, ResourceType
 
-    try:
-        admin = _admin(args)
-        if args.action == "add":
-            if not args.operation:
-                raise UsageError("give at least one --operation")
-            if args.resource_pattern_type not in ("literal", "prefixed"):
-                raise UsageError("an ACL's --resource-pattern-type is literal or prefixed")
-            bindings = [AclBinding(rt, name, _pattern(args.resource_pattern_type), p, h, op, perm)
-                        for rt, name in _resources(args, True) for p, h, op, perm in _entries(args)]
-            for fut in admin.create_acls(bindings, request_timeout=args.timeout).values():
-                fut.result(args.timeout)
-            _print_acls(bindings, "Adding ACLs")
-        elif args.action == "list":
-            filters = [AclBindingFilter(rt, name, _pattern(args.resource_pattern_type), args.principal, None,
-                                        AclOperation.ANY, AclPermissionType.ANY) for rt, name in _resources(args, False)]
-            if not filters:
-                filters = [AclBindingFilter(ResourceType.ANY, None, _pattern(args.resource_pattern_type), args.principal,
-                                            None, AclOperation.ANY, AclPermissionType.ANY)]
-            found = []
-            for f in filters:
-                found += admin.describe_acls(f, request_timeout=args.timeout).result(args.timeout)
-            _print_acls(found, "Current ACLs")
-        else:
-            ops = [_operation(o) for o in args.operation] or [AclOperation.ANY]
-            filters = []
-            for rt, name in _resources(args, True):
-                for principal, hosts, permission in (
-                        *((p, args.allow_host or [None], AclPermissionType.ALLOW) for p in args.allow_principal),
-                        *((p, args.deny_host or [None], AclPermissionType.DENY) for p in args.deny_principal)):
-                    filters += [AclBindingFilter(rt, name, _pattern(args.resource_pattern_type), principal, h, op, permission)
-                                for h in hosts for op in ops]
-                if not args.allow_principal and not args.deny_principal:
-                    filters += [AclBindingFilter(rt, name, _pattern(args.resource_pattern_type), None, None, op,
-                                                 AclPermissionType.ANY) for op in ops]
-            removed = []
-            for fut in admin.delete_acls(filters, request_timeout=args.timeout).values():
-                removed += fut.result(args.timeout)
-            _print_acls(removed, "Removed ACLs")
-    except UsageError as exc:
-        print(f"cohort acls {args.action}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KafkaException as exc:
-        print(f"cohort acls {args.action}: {exc.args[0].str()}", file=sys.stderr)
-        return EXIT_FAILURE
+    admin = _admin(args)
+    if args.action == "add":
+        if not args.operation:
+            raise UsageError("give at least one --operation")
+        if args.resource_pattern_type not in ("literal", "prefixed"):
+            raise UsageError("an ACL's --resource-pattern-type is literal or prefixed")
+        bindings = [AclBinding(rt, name, _pattern(args.resource_pattern_type), p, h, op, perm)
+                    for rt, name in _resources(args, True) for p, h, op, perm in _entries(args)]
+        for fut in admin.create_acls(bindings, request_timeout=args.timeout).values():
+            fut.result(args.timeout)
+        _print_acls(bindings, "Adding ACLs")
+    elif args.action == "list":
+        filters = [AclBindingFilter(rt, name, _pattern(args.resource_pattern_type), args.principal, None,
+                                    AclOperation.ANY, AclPermissionType.ANY) for rt, name in _resources(args, False)]
+        if not filters:
+            filters = [AclBindingFilter(ResourceType.ANY, None, _pattern(args.resource_pattern_type), args.principal,
+                                        None, AclOperation.ANY, AclPermissionType.ANY)]
+        found = []
+        for f in filters:
+            found += admin.describe_acls(f, request_timeout=args.timeout).result(args.timeout)
+        _print_acls(found, "Current ACLs")
+    else:
+        ops = [_operation(o) for o in args.operation] or [AclOperation.ANY]
+        filters = []
+        for rt, name in _resources(args, True):
+            for principal, hosts, permission in (
+                    *((p, args.allow_host or [None], AclPermissionType.ALLOW) for p in args.allow_principal),
+                    *((p, args.deny_host or [None], AclPermissionType.DENY) for p in args.deny_principal)):
+                filters += [AclBindingFilter(rt, name, _pattern(args.resource_pattern_type), principal, h, op, permission)
+                            for h in hosts for op in ops]
+            if not args.allow_principal and not args.deny_principal:
+                filters += [AclBindingFilter(rt, name, _pattern(args.resource_pattern_type), None, None, op,
+                                             AclPermissionType.ANY) for op in ops]
+        removed = []
+        for fut in admin.delete_acls(filters, request_timeout=args.timeout).values():
+            removed += fut.result(args.timeout)
+        _print_acls(removed, "Removed ACLs")
     return 0
 
 
@@ -203,8 +215,8 @@ def _print_acls(bindings: Sequence, title: str) -> None:
 # --- users ----------------------------------------------------------------------------------------
 
 
+@_reported("users")
 def run_users(args: argparse.Namespace) -> int:
-    from confluent_kafka import KafkaException
     from confluent_kafka.admin import (
         ScramCredentialInfo,
         ScramMechanism,
@@ -212,33 +224,26 @@ def run_users(args: argparse.Namespace) -> int:
         UserScramCredentialUpsertion,
     )
 
-    try:
-        admin = _admin(args)
-        if args.action == "list":
-            users = [args.user] if args.user else None
-            result = admin.describe_user_scram_credentials(users, request_timeout=args.timeout)
-            described = result.result(args.timeout) if hasattr(result, "result") else {
-                u: f.result(args.timeout) for u, f in result.items()}
-            for name, d in sorted(described.items()):
-                infos = ", ".join(f"{i.mechanism.name.replace('_', '-')} (iterations {i.iterations})"
-                                  for i in d.scram_credential_infos)
-                print(f"{name}: {infos}")
-            return 0
-        mechanism = getattr(ScramMechanism, args.mechanism.replace("-", "_"))
-        if args.action == "add":
-            password = _read_password(args.password_file)
-            change = UserScramCredentialUpsertion(args.user, ScramCredentialInfo(mechanism, args.iterations), password.encode())
-        else:
-            change = UserScramCredentialDeletion(args.user, mechanism)
-        for fut in admin.alter_user_scram_credentials([change], request_timeout=args.timeout).values():
-            fut.result(args.timeout)
-        print(f"{'Added' if args.action == 'add' else 'Removed'} {args.mechanism} credentials of {args.user}")
-    except UsageError as exc:
-        print(f"cohort users {args.action}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KafkaException as exc:
-        print(f"cohort users {args.action}: {exc.args[0].str()}", file=sys.stderr)
-        return EXIT_FAILURE
+    admin = _admin(args)
+    if args.action == "list":
+        users = [args.user] if args.user else None
+        result = admin.describe_user_scram_credentials(users, request_timeout=args.timeout)
+        described = result.result(args.timeout) if hasattr(result, "result") else {
+            u: f.result(args.timeout) for u, f in result.items()}
+        for name, d in sorted(described.items()):
+            infos = ", ".join(f"{i.mechanism.name.replace('_', '-')} (iterations {i.iterations})"
+                              for i in d.scram_credential_infos)
+            print(f"{name}: {infos}")
+        return 0
+    mechanism = getattr(ScramMechanism, args.mechanism.replace("-", "_"))
+    if args.action == "add":
+        password = _read_password(args.password_file)
+        change = UserScramCredentialUpsertion(args.user, ScramCredentialInfo(mechanism, args.iterations), password.encode())
+    else:
+        change = UserScramCredentialDeletion(args.user, mechanism)
+    for fut in admin.alter_user_scram_credentials([change], request_timeout=args.timeout).values():
+        fut.result(args.timeout)
+    print(f"{'Added' if args.action == 'add' else 'Removed'} {args.mechanism} credentials of {args.user}")
     return 0
 
 
