@@ -75,7 +75,7 @@ def metadata(ctx: "RequestContext", req: DecodedRequest) -> Any:
     broker = ctx.broker
     entries, missing = _resolve_topics(ctx, req)
     if getattr(body, "allow_auto_topic_creation", True):
-        missing = [name for name in missing if broker.may_auto_create(name) and _may_create(ctx, name)]
+        missing = [name for name in missing if broker.may_auto_create(name)]  # CREATE was checked in _resolve_topics
         if missing:
             return _metadata_after_creating(ctx, req, missing)
     return _metadata_answer(ctx, req, entries)
