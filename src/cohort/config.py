@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from cohort.kafka_names import KAFKA_BROKER_SETTINGS
+
 LONG_MAX = 2**63 - 1
 
 
@@ -76,7 +78,7 @@ REGISTRY: dict[str, Setting] = {}
 # Modules that declare settings at import time; rendering the docs and looking up a name not
 # declared yet import them, so neither depends on what happened to be imported before.
 DECLARING_MODULES: list[str] = ["cohort.server.groups", "cohort.server.limits", "cohort.server.listeners",
-                                 "cohort.security.acls"]
+                                 "cohort.security.acls", "cohort.server.http"]
 
 
 def load_declarations() -> None:
@@ -191,6 +193,9 @@ declare("log.cleaner.min.cleanable.ratio", float, 0.5, "Compact a log once this 
 declare("log.cleaner.delete.retention.ms", int, 86400000, "Compaction keeps a tombstone this long "
         "(by its timestamp) so readers see the delete, then drops it. Topic config "
         "`delete.retention.ms` overrides it.", minimum=0, group="log", dynamic=True)
+declare("offsets.topic.num.partitions", int, 1, "Shards of the group coordinator (partitions of "
+        "`__consumer_offsets`). cohort runs one shard today, so only 1 is accepted.", minimum=1, maximum=1,
+        group="log")
 declare("offsets.topic.roll.ms", int, 600000, "Roll the `__consumer_offsets` active segment at this age "
         "so compaction keeps the log, and the replay on start, close to the live state.", minimum=1,
         group="log")
@@ -282,66 +287,170 @@ class Config(Mapping[str, Any]):
         return Config(merged)
 
     @classmethod
-    def load(cls, path: str | None = None, overrides: Iterable[str] = ()) -> "Config":
-        """Defaults, then ``path`` (properties), then ``key=value`` overrides."""
-        values: dict[str, Any] = {}
+    def load(cls, path: str | None = None, overrides: Iterable[str] = (),
+             environ: Mapping[str, str] | None = None) -> "Config":
+        """Defaults, then ``path`` (properties), then ``KAFKA_*`` and ``COHORT_*`` variables of
+        ``environ``, then ``key=value`` overrides. Kafka settings cohort does not use are kept in
+        :attr:`unused` (for one warning); a name neither knows is an error naming its source."""
+        layers: list[list[tuple[str, str, str]]] = []
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as f:
                     text = f.read()
             except OSError as exc:
                 raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-            for name, raw in parse_properties(text, source=path).items():
-                values[name] = _lookup(name, path).parse(raw)
+            except UnicodeDecodeError:
+                raise ConfigError(f"cannot read config file {path}: not UTF-8 text") from None
+            layers.append([(k, v, f"{path}:{line}") for k, v, line in read_properties(text, source=path)])
+        if environ is not None:
+            layers += environment_settings(environ)
+        items = []
         for item in overrides:
             name, sep, raw = item.partition("=")
             if not sep or not name.strip():
                 raise ConfigError(f"override {item!r} is not of the form key=value")
-            name = name.strip()
-            values[name] = _lookup(name, "-o").parse(raw)
-        return cls(values)
+            items.append((name.strip(), raw, "-o"))
+        layers.append(items)
+        values: dict[str, Any] = {}
+        unused: dict[str, str] = {}
+        for layer in layers:
+            for name, raw, where in _kafka_synonyms(layer):
+                # Kafka's names are tolerated in a properties file, any name in a KAFKA_ variable
+                # (images pass every one on); COHORT_ variables and -o must name a setting of cohort's.
+                if where.startswith("KAFKA_"):
+                    setting = _lookup(name, where, unknown_ok=True) if _known(name) else None
+                else:
+                    setting = _lookup(name, where, unknown_ok=where != "-o" and not where.startswith("COHORT_"))
+                if setting is None:
+                    unused[name] = where
+                    continue
+                try:
+                    values[name] = setting.parse(raw)
+                except ConfigError as exc:
+                    raise ConfigError(f"{exc} (in {where})") from None
+        config = cls(values)
+        config.unused = unused
+        return config
+
+    unused: dict[str, str] = {}  # Kafka settings given but not used by cohort -> where
+
+
+def environment_settings(environ: Mapping[str, str]) -> list[list[tuple[str, str, str]]]:
+    """Settings from variables, as container images spell them: ``KAFKA_LOG_RETENTION_MS`` is
+    ``log.retention.ms`` (``_`` is ``.``, ``__`` is ``_``, ``___`` is ``-``), then the same with
+    ``COHORT_``, which wins. Kafka's launcher variables (``KAFKA_HEAP_OPTS`` ...) are not settings."""
+    out = []
+    for prefix in ("KAFKA_", "COHORT_"):
+        layer = []
+        for var in sorted(environ):
+            if not var.startswith(prefix) or var in _LAUNCHER_VARIABLES:
+                continue
+            name = var[len(prefix):].lower().replace("___", "-").replace("__", "\0").replace("_", ".")
+            layer.append((name.replace("\0", "_"), environ[var], var))
+        out.append(layer)
+    return out
+
+
+# Variables Kafka's scripts and images read themselves (kafka-run-class.sh, the docker image).
+_LAUNCHER_VARIABLES = frozenset({
+    "KAFKA_HEAP_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_JMX_OPTS", "KAFKA_OPTS",
+    "KAFKA_LOG4J_OPTS", "KAFKA_DEBUG", "KAFKA_HOME", "KAFKA_VERSION", "KAFKA_CLUSTER_ID", "KAFKA_LOG_DIR",
+    "KAFKA_MODE", "KAFKA_JAVA_OPTS",
+})
+
+_TO_MS = {"log.retention.hours": ("log.retention.ms", 3600000), "log.retention.minutes": ("log.retention.ms", 60000),
+          "log.roll.hours": ("log.roll.ms", 3600000)}
+
+
+def _kafka_synonyms(layer: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Kafka's older spellings, within one source: ``broker.id`` is ``node.id``, ``log.dirs`` is
+    ``log.dir`` (one directory), ``*.hours`` / ``*.minutes`` are ``*.ms`` unless ``*.ms`` (or, for
+    hours, minutes) is given too, as Kafka resolves them."""
+    given = {name for name, _, _ in layer}
+    out = []
+    for name, raw, where in layer:
+        if name == "broker.id":
+            node = next((r for n, r, _ in layer if n == "node.id"), None)
+            if node is not None and node.strip() != raw.strip():
+                raise ConfigError(f"broker.id ({raw.strip()}) and node.id ({node.strip()}) differ (in {where})")
+            if node is None:
+                out.append(("node.id", raw, where))
+            continue
+        if name == "log.dirs":
+            dirs = [d.strip() for d in raw.split(",") if d.strip()]
+            if len(dirs) != 1:
+                raise ConfigError(f"log.dirs: cohort keeps its data in one directory, got {raw.strip()!r} (in {where})")
+            out.append(("log.dir", dirs[0], where))
+            continue
+        if name in _TO_MS:
+            target, factor = _TO_MS[name]
+            shadowed = target in given or (name == "log.retention.hours" and "log.retention.minutes" in given)
+            if not shadowed:
+                try:
+                    out.append((target, str(int(raw.strip()) * factor), where))
+                except ValueError:
+                    raise ConfigError(f"{name}: expected an integer, got {raw!r} (in {where})") from None
+            continue
+        out.append((name, raw, where))
+    return out
 
 
 # Kafka's per-listener (and per-listener, per-mechanism) overrides of a setting.
 _LISTENER_PREFIX = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(?:(plain|scram-sha-256|scram-sha-512|oauthbearer)\.)?(.+)$")
 
 
-def _lookup(name: str, source: str | None = None) -> Setting:
+def _lookup(name: str, source: str | None = None, unknown_ok: bool = False) -> Setting | None:
+    """The setting called ``name``; for a name cohort does not know, None when ``unknown_ok``
+    and the name is one of Kafka's broker settings, else ConfigError."""
     setting = REGISTRY.get(name)
     if setting is None:
         load_declarations()
         setting = REGISTRY.get(name)
-    if setting is None and (m := _LISTENER_PREFIX.match(name)) and m.group(3) in REGISTRY:
-        setting = dataclasses.replace(REGISTRY[m.group(3)], name=name)
+    if setting is None and (m := _LISTENER_PREFIX.match(name)):
+        base = m.group(3)
+        if base in REGISTRY:
+            setting = dataclasses.replace(REGISTRY[base], name=name)
+        elif unknown_ok and base in KAFKA_BROKER_SETTINGS:
+            return None
     if setting is None:
+        if unknown_ok and name in KAFKA_BROKER_SETTINGS:
+            return None
         where = f" (in {source})" if source else ""
         raise ConfigError(f"unknown setting {name!r}{where}; see docs/configuration.md")
     return setting
 
 
-def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
-    """Parse Java-style properties: ``key=value``, ``key: value`` or ``key value``; ``#``/``!``
-    comments; a trailing backslash continues the line."""
-    out: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        lineno = i + 1
-        line = lines[i].strip()
-        i += 1
-        while line.endswith("\\") and i < len(lines):
-            line = line[:-1] + lines[i].strip()
-            i += 1
-        if not line or line[0] in "#!":
-            continue
-        cut = min((line.index(c) for c in "=: \t" if c in line), default=-1)
-        if cut <= 0:
-            raise ConfigError(f"{source}:{lineno}: expected key=value, got {line!r}")
-        rest = line[cut:].lstrip()
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:]
-        out[line[:cut]] = rest.strip()
+def _known(name: str) -> bool:
+    try:
+        return _lookup(name, unknown_ok=True) is not None
+    except ConfigError:
+        return False
+
+
+def read_properties(text: str, source: str = "<properties>") -> list[tuple[str, str, int]]:
+    """(key, value, line) of each entry of a Java properties text, in order (escapes, ``:`` and
+    whitespace separators, continuation lines, comments: javaproperties, which follows
+    java.util.Properties)."""
+    import io
+
+    import javaproperties
+
+    out, line = [], 1
+    try:
+        for element in javaproperties.parse(io.StringIO(text)):
+            if isinstance(element, javaproperties.KeyValue):
+                if not element.key:
+                    raise ConfigError(f"{source}:{line}: expected key=value, got {element.source.strip()!r}")
+                out.append((element.key, element.value, line))
+            line += element.source.count("\n")
+    except javaproperties.InvalidUEscapeError as exc:
+        raise ConfigError(f"{source}:{line}: bad \\u escape {exc.escape!r}") from None
     return out
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """A properties text as a dict (the last value of a repeated key wins, as in Java)."""
+    return {key: value for key, value, _ in read_properties(text, source)}
 
 
 def render_markdown() -> str:

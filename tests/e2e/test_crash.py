@@ -43,7 +43,7 @@ class Cohort:
     def __init__(self, data_dir: str, port: int, log_path: str) -> None:
         self.cmd = [sys.executable, "-m", "cohort.server", "serve", "--host", "127.0.0.1", "--port", str(port),
                     "--data-dir", data_dir, "-o", f"num.partitions={PARTITIONS}",
-                    "-o", "group.consumer.session.timeout.ms=45000"]
+                    "-o", "group.consumer.session.timeout.ms=45000", "-o", "http.listener="]
         self.log = open(log_path, "ab")
         self.proc: subprocess.Popen | None = None
 

@@ -52,7 +52,7 @@ def test_bad_overrides_give_one_line_errors(override, message):
 def test_bad_properties_file(tmp_path):
     f = tmp_path / "bad.properties"
     f.write_text("num.partitions=2\nmystery=1\n")
-    with pytest.raises(ConfigError, match=r"unknown setting 'mystery' \(in .*bad.properties\)"):
+    with pytest.raises(ConfigError, match=r"unknown setting 'mystery' \(in .*bad.properties:2\)"):
         Config.load(str(f))
     with pytest.raises(ConfigError, match="cannot read config file"):
         Config.load(str(tmp_path / "missing.properties"))
@@ -105,3 +105,90 @@ def test_serve_rejects_inconsistent_group_settings_in_one_line(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "group.consumer.heartbeat.interval.ms" in lines[0], proc.stderr
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def test_properties_escapes_follow_java():
+    text = ("a\\=b = \\u0041x\n"  # escaped separator in the key, \\uXXXX in the value
+            "c\\:d: v\\\\\n"  # an even number of backslashes does not continue the line
+            "e = 1\\\n   2\n"  # an odd number does
+            "# comment = no\n! also\n"
+            "f\n")
+    assert parse_properties(text) == {"a=b": "Ax", "c:d": "v\\", "e": "12", "f": ""}
+    with pytest.raises(ConfigError, match=r"<properties>:2: bad \\u escape"):
+        parse_properties("a=1\nb=\\u12G4\n")
+
+
+def test_kafkas_own_server_properties_load_with_the_unused_names_listed():
+    c = Config.load(os.path.join(FIXTURES, "kafka4-server.properties"))
+    assert c["log.dir"] == "/tmp/kraft-combined-logs" and c["node.id"] == 1
+    assert c["log.retention.ms"] == 168 * 3600 * 1000 and c["log.segment.bytes"] == 1073741824
+    assert c["listeners"] == "PLAINTEXT://:9092,CONTROLLER://:9093"
+    assert {"process.roles", "num.io.threads", "controller.quorum.bootstrap.servers",
+            "transaction.state.log.replication.factor"} <= set(c.unused)
+    assert c.unused["process.roles"].endswith("kafka4-server.properties:3")  # after two comment lines
+    from cohort.server import listeners
+
+    (only,) = listeners.parse(c)  # the CONTROLLER listener is not opened
+    assert (only.name, only.host, only.port, only.advertised_host) == ("PLAINTEXT", "", 9092, "localhost")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("broker.id=3\nnode.id=4\n", r"broker.id \(3\) and node.id \(4\) differ"),
+    ("log.dirs=/a,/b\n", "log.dirs: cohort keeps its data in one directory"),
+    ("num.partitions=x\n", r"num.partitions: expected an integer, got 'x' \(in .*p.properties:1\)"),
+    ("\n\nlog.retention.hours=soon\n", r"log.retention.hours: expected an integer.*p.properties:3"),
+])
+def test_kafka_synonyms_are_checked(tmp_path, text, message):
+    f = tmp_path / "p.properties"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        Config.load(str(f))
+
+
+def test_kafka_synonyms_resolve_as_kafka_does(tmp_path):
+    f = tmp_path / "p.properties"
+    f.write_text("broker.id=7\nlog.dirs=/only\nlog.retention.hours=2\nlog.retention.minutes=3\nlog.roll.hours=1\n")
+    c = Config.load(str(f))
+    assert (c["node.id"], c["log.dir"], c["log.retention.ms"], c["log.roll.ms"]) == (7, "/only", 180000, 3600000)
+    f.write_text("log.retention.ms=5\nlog.retention.hours=2\n")
+    assert Config.load(str(f))["log.retention.ms"] == 5  # ms wins over hours, as in Kafka
+
+
+def test_environment_variables_in_container_form(tmp_path):
+    f = tmp_path / "p.properties"
+    f.write_text("num.partitions=2\nlog.retention.ms=10\n")
+    env = {"KAFKA_NUM_PARTITIONS": "3", "COHORT_NUM_PARTITIONS": "4", "KAFKA_LOG_RETENTION_MS": "20",
+           "KAFKA_HEAP_OPTS": "-Xmx1G", "KAFKA_PROCESS_ROLES": "broker", "KAFKA_SOMETHING_ELSE": "x",
+           "KAFKA_LISTENER_NAME_INTERNAL_SSL_CLIENT_AUTH": "required", "PATH": "/bin"}
+    c = Config.load(str(f), ["log.retention.ms=30"], env)
+    # file < KAFKA_ < COHORT_ < -o
+    assert (c["num.partitions"], c["log.retention.ms"]) == (4, 30)
+    assert c["listener.name.internal.ssl.client.auth"] == "required"
+    assert set(c.unused) == {"process.roles", "something.else"}  # KAFKA_HEAP_OPTS is the launcher's
+    with pytest.raises(ConfigError, match=r"unknown setting 'no.such' \(in COHORT_NO_SUCH\)"):
+        Config.load(None, [], {"COHORT_NO_SUCH": "1"})
+    with pytest.raises(ConfigError, match=r"num.partitions: expected an integer, got 'x' \(in KAFKA_NUM_PARTITIONS\)"):
+        Config.load(None, [], {"KAFKA_NUM_PARTITIONS": "x"})
+    assert Config.load(None, [], {"COHORT_LOG_CLEANER_ENABLE": "false"})["log.cleaner.enable"] is False
+
+
+def test_serve_starts_from_kafkas_server_properties_with_one_warning(tmp_path):
+    """Kafka 4's own file, with its listener moved to a free loopback port."""
+    from cohort.server.testing import ServerProcess
+
+    data = tmp_path / "data"
+    data.mkdir()
+    log_path = tmp_path / "server.log"
+    srv = ServerProcess(str(data), "listeners=PLAINTEXT://127.0.0.1:0", "advertised.listeners=", log_path=str(log_path),
+                        args=("--config", os.path.join(FIXTURES, "kafka4-server.properties")))
+    srv.start()
+    try:
+        assert list(srv.ports) == ["PLAINTEXT"]
+    finally:
+        assert srv.stop() == 0
+    warnings = [line for line in log_path.read_text().splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, warnings
+    assert "not used by cohort" in warnings[0] and "process.roles (" in warnings[0]

@@ -21,6 +21,7 @@ from typing import Iterator, Sequence
 from cohort.log import PartitionLog, fileio
 from cohort.log.batches import batch_records
 from cohort.protocol.records import build_batch, check_batch, read_header
+from cohort.stats import Histogram
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -74,6 +75,8 @@ class CoordinatorLog:
         self._flushing = False
         self._listeners: list = []
         self.failed: OSError | None = None
+        self.append_seconds = Histogram()  # writing a batch (before its fsync)
+        self.fsync_seconds = Histogram()  # one fsync, as the event loop waits for it
 
     @staticmethod
     def compaction_guard() -> MemberOrderGuard:
@@ -103,8 +106,10 @@ class CoordinatorLog:
         if not records:
             fut.set_result(self.log.end_offset - 1)
             return fut
+        started = time.perf_counter()
         data = bytearray(build_batch(records, timestamp=int(time.time() * 1000)))
         result = self.log.append(data, [read_header(data)])
+        self.append_seconds.observe(time.perf_counter() - started)
         self._waiters.append((result.last_offset, fut))
         if not self._flushing:
             self._flushing = True
@@ -118,11 +123,13 @@ class CoordinatorLog:
                 if self.linger_ms:
                     await asyncio.sleep(self.linger_ms / 1000)
                 target = self.log.end_offset
+                started = time.perf_counter()
                 try:
                     await loop.run_in_executor(None, fileio.in_worker, self.log.flush)
                 except OSError as exc:
                     self._fail_pending(exc)
                     return
+                self.fsync_seconds.observe(time.perf_counter() - started)
                 self.high_watermark = target
                 still = []
                 for last, fut in self._waiters:

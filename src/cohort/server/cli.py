@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -32,15 +33,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def resolve_config(args: argparse.Namespace) -> Config:
-    """File, then -o overrides, then the dedicated flags (which win)."""
-    config = Config.load(args.config, args.overrides)
+    """File, then KAFKA_* and COHORT_* variables, then -o overrides, then the dedicated flags (which win)."""
+    config = Config.load(args.config, args.overrides, os.environ)
     flags = {
         "listener.host": args.host,
         "listener.port": args.port,
         "advertised.host": args.advertised_host,
         "log.dir": args.data_dir,
     }
-    return config.replace({k: v for k, v in flags.items() if v is not None})
+    resolved = config.replace({k: v for k, v in flags.items() if v is not None})
+    resolved.unused = config.unused
+    return resolved
 
 
 _SECRETS = ("sasl.jaas.config", "ssl.key.password", "ssl.keystore.key")
@@ -58,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"cohort serve: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if config.unused:
+        logging.getLogger("cohort.config").warning(
+            "These Kafka settings were supplied but are not used by cohort: %s",
+            ", ".join(f"{name} ({where})" for name, where in sorted(config.unused.items())))
     if args.config and _has_secrets(config):
         from cohort.security import files
 
@@ -91,6 +98,8 @@ async def serve(config: Config) -> int:
         for listener in server.listeners:
             print(f"cohort: listener {listener.name} ({listener.protocol}) on {listener.host or '*'}:"
                   f"{server.ports[listener.name]}", flush=True)
+        if server.http is not None:
+            print(f"cohort: http on {server.http_address[0] or '*'}:{server.http.port}", flush=True)
         print(f"cohort: listening on {server.host}:{server.port}", flush=True)
         await stop.wait()
         logging.getLogger("cohort.server").info("shutting down")

@@ -53,9 +53,10 @@ from cohort.coordinator.lag import TopicOffsets
 from cohort.protocol import DecodedRequest
 from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
-from cohort.server import _classic
+from cohort.server import _classic, overview
 from cohort.server import _group_codec as wire
 from cohort.server.configs import APPEND, DEFAULT_CONFIG, DELETE, GROUP, GROUP_CONFIG, SET, SUBTRACT, ConfigEntry
+from cohort.stats import Histogram
 
 if TYPE_CHECKING:
     from cohort.server.server import RequestContext, Server
@@ -218,12 +219,21 @@ class GroupCoordinator:
         self.config = coordinator_config(server.config)
         self.offload_min_members = server.config["group.coordinator.offload.min.members"]
         self.snapshots: SnapshotLagProvider | None = None
+        self.timeline = overview.EpochTimeline()  # for the dashboard and the rebalance counters
+        self.assignor_seconds: dict[str, Histogram] = {}
+        assignors = {}
+        for name in self.config.consumer_assignors:
+            try:
+                assignors[name] = overview.TimedAssignor(registry.get(name),
+                                                         self.assignor_seconds.setdefault(name, Histogram()))
+            except registry.UnknownAssignorError:
+                pass  # the shard reports it when a group asks for it
         if self.config.lag_source == "local":
-            self.shard = GroupCoordinatorShard(self.config)
+            self.shard = GroupCoordinatorShard(self.config, assignors=assignors)
             self.shard.update_log_offsets(BrokerLogOffsets(self.broker))
         else:
             self.snapshots = SnapshotLagProvider(self.config.lag_source, self._topic_name)
-            self.shard = GroupCoordinatorShard(self.config, lag_provider=self.snapshots)
+            self.shard = GroupCoordinatorShard(self.config, lag_provider=self.snapshots, assignors=assignors)
         self._snapshot_checked: int | None = None
         self.loaded = False
         self._lock = asyncio.Lock()  # held while the shard is used across an await
@@ -262,6 +272,11 @@ class GroupCoordinator:
         log.info("group coordinator loaded %d records (%d skipped) in %.2f s; %d groups",
                  count, skipped, time.monotonic() - started, len(self.shard.state.groups))
         self.server.spawn(self._timer_loop())
+
+    def groups(self, only: str | None = None) -> list[overview.GroupView]:
+        """What the shard holds now, for /metrics and the dashboard (read on the event loop)."""
+        self._refresh_metadata()
+        return overview.group_views(self.shard, self._topic_name, only)
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         try:
@@ -372,6 +387,7 @@ class GroupCoordinator:
             self._release(_lost(result.completions))
             self._release(released)
             raise AppendFailed(str(exc)) from None
+        self.timeline.observe(records, now_ms())
         entry = _Append(start, result.end_offset, asyncio.get_running_loop().create_future())
         self._inflight.append(entry)
         self._tail = entry

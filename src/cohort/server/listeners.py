@@ -25,6 +25,9 @@ declare("advertised.listeners", str, "", "Addresses given to clients per listene
 declare("listener.security.protocol.map", str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         "Protocol of each listener name, `NAME:PROTOCOL` comma-separated (protocols: PLAINTEXT, SSL, "
         "SASL_PLAINTEXT, SASL_SSL).", group="security")
+declare("controller.listener.names", str, "", "Listeners of a KRaft controller, comma-separated. cohort has "
+        "no controller: the listeners named here are not opened (so Kafka's own server.properties, which "
+        "defines a CONTROLLER listener, starts cohort with its client listeners only).", group="security")
 declare("sasl.enabled.mechanisms", str, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms a SASL listener "
         "offers (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, and OAUTHBEARER with unsecured tokens, for "
         "development only); set per listener with "
@@ -116,10 +119,15 @@ def parse(config: Config) -> list[Listener]:
         raise ConfigError(f"listeners: each listener name may appear once, got {names}")
     advertised = {n: (h, p) for n, h, p in _parse_endpoints(config["advertised.listeners"], "advertised.listeners")}
     unknown = set(advertised) - set(names)
+    if not set(names) - {n.strip().upper() for n in config["controller.listener.names"].split(",")}:
+        raise ConfigError("listeners: every listener is a controller listener; cohort needs one for clients")
     if unknown:
         raise ConfigError(f"advertised.listeners names listeners that do not exist: {sorted(unknown)}")
+    controllers = {n.strip().upper() for n in config["controller.listener.names"].split(",") if n.strip()}
     out = []
     for name, host, port in endpoints:
+        if name in controllers:
+            continue
         if name not in protocols:
             raise ConfigError(f"listener {name} is not in listener.security.protocol.map")
         adv_host, adv_port = advertised.get(name, ("", 0))

@@ -49,11 +49,12 @@ from cohort.security.sasl import (
     plain_users_from_jaas,
 )
 from cohort.security.sasl import State as SaslState
-from cohort.server import configs, handlers, listeners, security_apis
+from cohort.server import configs, handlers, http, listeners, overview, security_apis
 from cohort.server.api import NO_RESPONSE, ApiTable, CloseConnection, Encoded
 from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
 from cohort.server.listeners import Listener
 from cohort.server.waiters import AppendWaiters
+from cohort.stats import RequestStats
 
 log = logging.getLogger("cohort.server")
 
@@ -141,12 +142,15 @@ class Server:
         self._memory = RequestMemory(config["queued.max.request.bytes"])
         self.broker.config_listeners.append(self._limits_changed)
         self._states: set[ConnectionState] = set()
+        self.stats = RequestStats()  # read by /metrics (cohort.tooling.metrics)
         self._refused = 0
         self._refusal_logged = float("-inf")
         self.listeners: list[Listener] = listeners.parse(config)
         self.host: str = self.listeners[0].host
         self.port: int = self.listeners[0].port
         self.ports: dict[str, int] = {}  # listener name -> port bound
+        self.http_address = http.parse_address(config["http.listener"])
+        self.http: http.HttpListener | None = None  # started with the broker when http_address is set
         self.credentials = CredentialStore(self.broker.data_dir)
         self.authorizer: Authorizer | None = (
             Authorizer(self.broker.data_dir, config["super.users"], config["allow.everyone.if.no.acl.found"])
@@ -221,6 +225,11 @@ class Server:
             self._servers.append(srv)
             self.ports[listener.name] = srv.sockets[0].getsockname()[1]
         self.port = self.ports[self.listeners[0].name]
+        if self.http_address is not None:
+            self.http = http.HttpListener(self)
+            await self.http.start(*self.http_address)
+            log.info("cohort broker %d: metrics and dashboard on http://%s:%d/", self.broker.node_id,
+                     self.http_address[0] or "*", self.http.port)
         for hook in self.startup_hooks:
             self.spawn(hook())
         self.spawn(self.broker.maintenance_loop())
@@ -229,6 +238,17 @@ class Server:
             log.info("cohort broker %d: listener %s (%s) on %s:%d", self.broker.node_id, listener.name, listener.protocol,
                      listener.host or "*", self.ports[listener.name])
         log.info("cohort broker %d listening on %s:%d (data in %s)", self.broker.node_id, self.host, self.port, self.broker.data_dir)
+
+    # --- views for operators (/metrics, the dashboard) ------------------------------------------
+
+    def partitions(self) -> list:
+        """Every client topic's partitions: log start, end, size (cohort.server.overview)."""
+        return overview.partition_views(self.broker)
+
+    def end_offsets(self) -> dict[tuple[str, int], int]:
+        """Log end offsets (high watermarks) of every client topic's partitions."""
+        snap = self.broker.metadata_snapshot()
+        return {(t.name, p): end for t in snap.topics.values() if not t.internal for p, end in enumerate(t.end_offsets)}
 
     async def offload(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run CPU-heavy work (a large group's assignment) on the server's worker thread, so
@@ -246,6 +266,8 @@ class Server:
     async def stop(self) -> None:
         for srv in self._servers:
             srv.close()
+        if self.http is not None:
+            await self.http.stop()
         # Hooks run while connections are still open, so what they answer (NOT_COORDINATOR for
         # parked joins and syncs) reaches the clients; a short grace lets those answers go out.
         for hook in self.shutdown_hooks:
@@ -281,7 +303,10 @@ class Server:
         state = ConnectionState(peer, writer.transport, task, asyncio.get_running_loop().time())
         self._states.add(state)
         queue: asyncio.Queue = asyncio.Queue(self.config["queued.max.requests"])
-        sender = asyncio.ensure_future(self._send_loop(queue, writer, state))
+        stats, name = self.stats, listener.name
+        stats.connections_opened[name] = stats.connections_opened.get(name, 0) + 1
+        stats.connections_open[name] = stats.connections_open.get(name, 0) + 1
+        sender = asyncio.ensure_future(self._send_loop(queue, writer, state, listener.name))
         try:
             try:
                 await self._read_loop(reader, queue, self._context(peer, listener, writer), state)
@@ -298,6 +323,7 @@ class Server:
             sender.cancel()
             writer.close()
             self._states.discard(state)
+            stats.connections_open[name] -= 1
             self._quotas.release(ip)
             self._connections.discard(task)
 
@@ -349,6 +375,8 @@ class Server:
         memory = self._memory
         clock = asyncio.get_running_loop().time
         sasl_max = self.config["sasl.server.max.receive.size"]
+        stats, name = self.stats, ctx.listener.name
+        stats.bytes_in.setdefault(name, 0)
         while True:
             prefix = await reader.readexactly(4)
             state.frame_started = clock()
@@ -366,7 +394,8 @@ class Server:
                 memory.give_back(size)
                 raise
             state.frame_started = None
-            state.last_active = clock()
+            state.last_active = received = clock()
+            stats.bytes_in[name] += size + 4
             failure = None
             if ctx.session_expiry is not None and ctx.sasl is None:
                 self._check_session(frame, ctx, clock())
@@ -379,7 +408,7 @@ class Server:
                 memory.give_back(size)
             if item is not None:
                 state.pending += 1
-                await queue.put(item)
+                await queue.put((*item, received))
             if failure is not None:
                 # Kafka's connection.failed.authentication.delay.ms: the answer leaves now, the
                 # connection closes a little later, so guessing passwords is slow.
@@ -523,10 +552,15 @@ class Server:
             return encode_response(correlation_id, codec, error_response(codec.response_type, ErrorCode.unknown_server_error))
         return None
 
-    async def _send_loop(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, state: ConnectionState) -> None:
+    async def _send_loop(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, state: ConnectionState,
+                         listener: str = "") -> None:
         """Send results in queue order. Everything already answered when the loop wakes goes
-        out in one write (pipelined requests cost one syscall, not one each)."""
+        out in one write (pipelined requests cost one syscall, not one each). Each answered
+        request's latency (frame read to response handed to the socket) goes to ``stats``."""
         clock = asyncio.get_running_loop().time
+        stats = self.stats
+        sent = stats.bytes_out
+        sent.setdefault(listener, 0)
         while True:
             item = await queue.get()
             out: list[bytes] = []
@@ -536,7 +570,7 @@ class Server:
                         writer.writelines(out)
                     await writer.drain()
                     return
-                correlation_id, codec, result = item
+                correlation_id, codec, result, received = item
                 if isinstance(result, asyncio.Future):
                     if not result.done() and out:
                         writer.writelines(out)  # do not hold finished responses behind a wait
@@ -569,6 +603,9 @@ class Server:
                     return
                 if frame:
                     out.append(frame)
+                    sent[listener] += len(frame)
+                if codec is not None:
+                    stats.request(codec.api_key, codec.version, clock() - received)
                 if queue.empty():
                     break
                 item = queue.get_nowait()

@@ -27,7 +27,7 @@ from cohort.protocol.codec import decode_response, encode_request
 class ServerThread:
     def __init__(self, data_dir: str, settings: Mapping[str, Any] | None = None, *, plugins: tuple[str, ...] | None = None) -> None:
         """``plugins=()`` runs the core broker only (no group coordinator adapter)."""
-        values = {"log.dir": str(data_dir), "listener.host": "127.0.0.1", "listener.port": 0}
+        values = {"log.dir": str(data_dir), "listener.host": "127.0.0.1", "listener.port": 0, "http.listener": ""}
         values.update(settings or {})
         self.config = Config(values)
         self.plugins = plugins
@@ -169,18 +169,25 @@ class WireClient:
 class ServerProcess:
     """``python -m cohort.server serve`` as a child process on a free port (127.0.0.1)."""
 
-    def __init__(self, data_dir: str, *overrides: str, log_path: str | None = None, nofile: int | None = None) -> None:
-        """``nofile`` sets the child's open-file limit (``ulimit -n``)."""
+    def __init__(self, data_dir: str, *overrides: str, log_path: str | None = None, nofile: int | None = None,
+                 args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        """``nofile`` sets the child's open-file limit (``ulimit -n``); ``args`` go to ``serve``
+        before the overrides; ``env`` replaces the environment."""
         self.data_dir = str(data_dir)
         self.overrides = overrides
         self.nofile = nofile
+        self.args = args
+        self.env = env
         self.log_path = log_path or os.path.join(self.data_dir, "..", "cohort-server.log")
         self.proc: subprocess.Popen | None = None
         self.port = -1
+        self.http_port = -1  # with -o http.listener=127.0.0.1:0
 
     def start(self, timeout: float = 30) -> "ServerProcess":
         cmd = [sys.executable, "-m", "cohort.server", "serve", "--host", "127.0.0.1", "--port", "0",
-               "--data-dir", self.data_dir]
+               "--data-dir", self.data_dir, *self.args]
+        if not any(o.startswith("http.listener=") for o in self.overrides):
+            cmd += ["-o", "http.listener="]  # off unless a test asks for it (never the fixed default port)
         for o in self.overrides:
             cmd += ["-o", o]
         self._log = open(self.log_path, "ab")
@@ -191,7 +198,8 @@ class ServerProcess:
             def limit() -> None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, preexec_fn=limit)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, preexec_fn=limit,
+                                     env=self.env)
         deadline = time.monotonic() + timeout
         line = b""
         self.ports = {}  # listener name -> port
@@ -200,6 +208,8 @@ class ServerProcess:
             if line.startswith(b"cohort: listener "):
                 name = line.split()[2].decode()
                 self.ports[name] = int(line.rsplit(b":", 1)[1])
+            if line.startswith(b"cohort: http on "):
+                self.http_port = int(line.rsplit(b":", 1)[1])
             if line.startswith(b"cohort: listening on ") or not line:
                 break
         if not line.startswith(b"cohort: listening on "):

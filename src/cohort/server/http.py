@@ -1,0 +1,144 @@
+"""The operator's HTTP listener: `/metrics` (Prometheus), `/healthz`, `/readyz`, the dashboard
+(`/`) and the JSON it reads (`/api/...`).
+
+It runs on the broker's event loop (aiohttp), so every view is read in one pass between two
+requests of the broker and is never torn; nothing it serves writes state. It has no
+authentication: keep `http.listener` on a loopback or otherwise trusted address.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from cohort.config import ConfigError, declare
+from cohort.tooling import metrics
+
+log = logging.getLogger("cohort.http")
+
+declare("http.listener", str, "127.0.0.1:9308", "Address of the HTTP listener serving `/metrics` "
+        "(Prometheus), `/healthz`, `/readyz` and the dashboard, `host:port` (port 0 picks a free one). "
+        "Empty: no HTTP listener. It has no authentication, so keep it on a trusted address.", group="server")
+declare("metrics.cluster.name", str, "cohort", "The `cluster_name` label of the lag series "
+        "(kafka-lag-exporter's name for it).", group="server")
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """`host:port` -> (host, port); empty -> None (ConfigError otherwise)."""
+    text = text.strip()
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"http.listener: expected host:port or nothing, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _json(data: Any) -> web.Response:
+    return web.json_response(data, headers={"Cache-Control": "no-store"})
+
+
+def _member(m: Any) -> dict:
+    pairs = lambda tps: [[t, p] for t, p in tps]  # noqa: E731
+    return {"member_id": m.member_id, "instance_id": m.instance_id, "client_id": m.client_id, "host": m.host,
+            "epoch": m.epoch, "state": m.state, "assigned": pairs(m.assigned), "target": pairs(m.target),
+            "pending_revocation": pairs(m.pending_revocation)}
+
+
+class HttpListener:
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.registry = metrics.registry_for(server)
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/api/groups", self.api_groups)
+        app.router.add_get("/api/groups/{group_id}", self.api_group)
+        app.router.add_get("/api/topics", self.api_topics)
+        app.router.add_get("/", self.dashboard)
+        self.app = app
+
+    async def start(self, host: str, port: int) -> int:
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host or None, port, reuse_address=True)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    # --- endpoints ------------------------------------------------------------------------------
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")  # answered on the broker's loop: the loop is alive
+
+    def _coordinator(self) -> Any:
+        return getattr(self.server, "group_coordinator", None)
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        coordinator = self._coordinator()
+        if coordinator is not None and not coordinator.loaded:
+            return web.Response(status=503, text="loading the group coordinator\n")
+        return web.Response(text="ready\n")
+
+    async def api_groups(self, request: web.Request) -> web.Response:
+        coordinator = self._coordinator()
+        if coordinator is None or not coordinator.loaded:
+            return _json({"loaded": False, "groups": []})
+        ends = self.server.end_offsets()
+        out = []
+        for g in coordinator.groups():
+            out.append({"group_id": g.group_id, "type": g.type, "protocol": g.protocol, "state": g.state,
+                        "epoch": g.epoch, "members": len(g.members), "assignor": g.assignor,
+                        "lag": sum(g.lag(ends).values())})
+        return _json({"loaded": True, "time_ms": int(time.time() * 1000), "groups": out})
+
+    async def api_group(self, request: web.Request) -> web.Response:
+        coordinator = self._coordinator()
+        group_id = request.match_info["group_id"]
+        if coordinator is None or not coordinator.loaded:
+            return _json({"error": "the group coordinator is loading"})
+        found = coordinator.groups(only=group_id)
+        if not found:
+            return web.json_response({"error": f"Consumer group '{group_id}' does not exist."}, status=404)
+        g = found[0]
+        ends = self.server.end_offsets()
+        lags = g.lag(ends)
+        owner = {tp: m.member_id for m in g.members for tp in m.assigned}
+        partitions = sorted(set(lags) | set(owner))
+        return _json({
+            "group_id": g.group_id, "type": g.type, "protocol": g.protocol, "state": g.state, "epoch": g.epoch,
+            "assignment_epoch": g.assignment_epoch, "assignor": g.assignor,
+            "members": [_member(m) for m in g.members],
+            "timeline": [{"time_ms": t, "epoch": e} for t, e in coordinator.timeline.of(group_id)],
+            "partitions": [{"topic": t, "partition": p, "committed": g.committed.get((t, p)), "end": ends.get((t, p)),
+                            "lag": lags.get((t, p)), "member_id": owner.get((t, p))} for t, p in partitions],
+            "time_ms": int(time.time() * 1000),
+        })
+
+    async def api_topics(self, request: web.Request) -> web.Response:
+        topics: dict[str, list] = {}
+        for p in self.server.partitions():
+            topics.setdefault(p.topic, []).append({"partition": p.partition, "start": p.start, "end": p.end,
+                                                   "size": p.size})
+        return _json({"topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})
+
+    async def dashboard(self, request: web.Request) -> web.Response:
+        page = importlib.resources.files("cohort.tooling").joinpath("dashboard.html").read_text("utf-8")
+        return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})

@@ -1,0 +1,177 @@
+"""Read-only views of the running broker for operators: groups, members, lag, topics.
+
+`/metrics` and the dashboard read these. They are built on the event loop from the live state in
+one pass (no awaits, so what they show is one consistent moment) and hold only plain values, so
+they can be rendered afterwards without touching the coordinator. They show the live state, which
+may be a few milliseconds ahead of what is durable; that is what an operator wants to watch.
+
+The runtime also feeds two things the state machines do not keep: each group's epoch timeline
+(from the records it appends) and assignor run times (by wrapping the assignors it hands the shard).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from cohort.coordinator.consumer_protocol import ConsumerProtocolError, decode_assignment
+from cohort.coordinator.records import ConsumerGroupMetadataKey, GroupMetadataKey
+from cohort.stats import Histogram
+
+TIMELINE_LENGTH = 64  # epoch changes kept per group
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    epoch: int
+    state: str  # stable, unrevoked_partitions, unreleased_partitions; "classic" for a classic member
+    assigned: tuple[tuple[str, int], ...]
+    target: tuple[tuple[str, int], ...]
+    pending_revocation: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    group_id: str
+    type: str  # consumer or classic
+    protocol: str  # consumer, or a classic group's protocol type ("" for a group with offsets only)
+    state: str
+    epoch: int  # group epoch, or a classic group's generation
+    assignment_epoch: int
+    assignor: str
+    members: tuple[MemberView, ...]
+    committed: dict[tuple[str, int], int]
+
+    def lag(self, ends: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Per committed partition: log end - committed offset (never below 0)."""
+        return {tp: max(ends.get(tp, off) - off, 0) for tp, off in self.committed.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    topic: str
+    partition: int
+    start: int
+    end: int
+    size: int
+
+
+class EpochTimeline:
+    """Each group's recent epoch (or generation) changes: (time ms, epoch), newest last."""
+
+    def __init__(self) -> None:
+        self.by_group: dict[str, collections.deque] = {}
+        self.bumps = {"consumer": 0, "classic": 0}  # epoch bumps since start, by group type
+
+    def observe(self, records: Iterable[Any], now_ms: int) -> None:
+        for record in records:
+            key, value = record
+            cls = type(key)
+            if value is None or (cls is not ConsumerGroupMetadataKey and cls is not GroupMetadataKey):
+                continue
+            if cls is ConsumerGroupMetadataKey:
+                epoch, kind = value.epoch, "consumer"
+            else:
+                epoch, kind = value.generation, "classic"
+            line = self.by_group.get(key.group_id)
+            if line is None:
+                line = self.by_group[key.group_id] = collections.deque(maxlen=TIMELINE_LENGTH)
+            if line and line[-1][1] == epoch:
+                continue  # the same epoch written again (a metadata hash refresh)
+            line.append((now_ms, epoch))
+            self.bumps[kind] += 1
+
+    def of(self, group_id: str) -> list[tuple[int, int]]:
+        return list(self.by_group.get(group_id, ()))
+
+
+class TimedAssignor:
+    """An assignor whose `assign` run times go to a histogram (the shard stays clock-free)."""
+
+    def __init__(self, assignor: Any, histogram: Histogram) -> None:
+        self._assignor = assignor
+        self._histogram = histogram
+
+    def assign(self, spec: Any, describer: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._assignor.assign(spec, describer)
+        finally:
+            self._histogram.observe(time.perf_counter() - started)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._assignor, name)
+
+
+def _named(assignment: Any, names: Any) -> tuple[tuple[str, int], ...]:
+    out = []
+    for topic_id, partitions in assignment.items():
+        name = names(topic_id)
+        if name is not None:
+            out.extend((name, p) for p in partitions)
+    out.sort()
+    return tuple(out)
+
+
+def _classic_partitions(data: bytes, protocol_type: str | None) -> tuple[tuple[str, int], ...]:
+    if protocol_type != "consumer" or not data:
+        return ()
+    try:
+        parts = decode_assignment(data).partitions
+    except ConsumerProtocolError:
+        return ()
+    return tuple(sorted((t, p) for t, ps in parts for p in ps))
+
+
+def group_views(shard: Any, topic_name: Any, only: str | None = None) -> list[GroupView]:
+    """Every group the shard knows (or just `only`), sorted by id. `topic_name(topic_id)` names a
+    topic (None for one deleted since)."""
+    state = shard.state
+    ids = [only] if only is not None else sorted(state.groups.keys() | state.classic_groups.keys() | state.offsets.keys())
+    out = []
+    for gid in ids:
+        committed = {tp: v.offset for tp, v in state.offsets.get(gid, {}).items()}
+        classic = state.classic_groups.get(gid)
+        group = state.groups.get(gid)
+        if group is not None and (classic is None or not classic.members):
+            target_epoch = group.assignment_epoch
+            members = tuple(
+                MemberView(m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch,
+                           m.state.name.lower() if m.classic_member_metadata is None else "classic",
+                           _named(m.assigned_partitions, topic_name),
+                           _named(group.target_assignment.get(m.member_id, {}), topic_name),
+                           _named(m.partitions_pending_revocation, topic_name))
+                for m in sorted(group.members.values(), key=lambda m: m.member_id))
+            out.append(GroupView(gid, "consumer", "consumer", group.state().value, group.group_epoch, target_epoch,
+                                 shard.assignor_name(group) if group.members else "", members, committed))
+        elif classic is not None:
+            members = tuple(
+                MemberView(m.member_id, m.instance_id, m.client_id, m.client_host, classic.generation_id, "classic",
+                           parts := _classic_partitions(m.assignment, classic.protocol_type), parts, ())
+                for m in sorted(classic.members.values(), key=lambda m: m.member_id))
+            out.append(GroupView(gid, "classic", classic.protocol_type or "", classic.state.value, classic.generation_id,
+                                 classic.generation_id, classic.protocol_name or "", members, committed))
+        elif committed:
+            out.append(GroupView(gid, "classic", "", "Empty", 0, 0, "", (), committed))
+    return out
+
+
+def partition_views(broker: Any, include_internal: bool = False) -> list[PartitionView]:
+    """Every partition's log start and end offsets and size on disk, by topic and partition."""
+    snap = broker.metadata_snapshot()
+    out = []
+    for name in sorted(snap.topics):
+        topic = snap.topics[name]
+        if topic.internal and not include_internal:
+            continue
+        for p in range(topic.num_partitions):
+            log = broker.log(name, p)
+            out.append(PartitionView(name, p, topic.start_offsets[p], topic.end_offsets[p],
+                                     0 if log is None else log.size_bytes))
+    return out
