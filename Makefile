@@ -3,27 +3,39 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.run-stamp
 
 .PHONY: run test bench install clean e2e-tools
 
+# `make test` installs everything (test tools, PySpark for the pipeline); `make run` only what the
+# broker needs, unless everything is there already.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,fast,pipeline]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[fast]'
+	@touch $(RUN_STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/cohort serve
 
 test: $(STAMP) e2e-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Clients the e2e tests run besides the Python ones: kcat (Debian) and kafkajs (npm, project-local).
+# Clients the e2e tests run besides the Python ones: kcat (Debian) and kafkajs (npm, project-local);
+# Debian's chromium and chromedriver for the dashboard test.
 NODE_DIR := tests/e2e/node
 e2e-tools: $(NODE_DIR)/node_modules/.installed-stamp
 	@command -v kcat >/dev/null || apt-get install -y kcat || (apt-get update && apt-get install -y kcat)
+	@(command -v chromium && command -v chromedriver) >/dev/null || apt-get install -y chromium chromium-driver \
+		|| (apt-get update && apt-get install -y chromium chromium-driver)
 
 $(NODE_DIR)/node_modules/.installed-stamp: $(NODE_DIR)/package.json
 	cd $(NODE_DIR) && npm install --no-audit --no-fund
