@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from cohort import __version__
 from cohort.pipeline import cli as pipeline_cli
 from cohort.server import cli as serve_cli
-from cohort.tooling import groups_cli, security_cli
+from cohort.tooling import configs_cli, console_cli, groups_cli, security_cli, topics_cli
 
 EXIT_USAGE = 2
 
@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cli.add_parser(sub)
     pipeline_cli.add_parser(sub)
     groups_cli.add_parser(sub)
+    topics_cli.add_parser(sub)
+    configs_cli.add_parser(sub)
+    console_cli.add_parser(sub)
     security_cli.add_parser(sub)
     return parser
 

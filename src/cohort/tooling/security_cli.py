@@ -20,13 +20,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-EXIT_USAGE, EXIT_FAILURE = 2, 1
+from cohort.tooling.client import UsageError, add_connection, reported
+from cohort.tooling.client import admin as make_admin
+
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "DescribeConfigs",
               "AlterConfigs", "IdempotentWrite")
-
-
-class UsageError(Exception):
-    pass
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     acl_sub = acls.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action in ("add", "list", "remove"):
         p = acl_sub.add_parser(action, help=f"{action} ACLs")
-        _connection(p)
+        add_connection(p, output=False)
         p.add_argument("--topic", action="append", default=[], metavar="NAME")
         p.add_argument("--group", action="append", default=[], metavar="NAME")
         p.add_argument("--transactional-id", action="append", default=[], metavar="ID")
@@ -54,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     user_sub = users.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action in ("add", "list", "remove"):
         p = user_sub.add_parser(action, help=f"{action} SCRAM credentials")
-        _connection(p)
+        add_connection(p, output=False)
         p.add_argument("--user", required=action != "list", metavar="NAME")
         if action != "list":
             p.add_argument("--mechanism", default="SCRAM-SHA-512", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))
@@ -62,48 +60,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--iterations", type=int, default=8192)
             p.add_argument("--password-file", required=True, metavar="FILE", help="the password (first line), or - for stdin")
         p.set_defaults(func=run_users)
-
-
-def _connection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
-    p.add_argument("--command-config", metavar="FILE", help="client settings (librdkafka names)")
-    p.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS")
-
-
-def _admin(args: argparse.Namespace):
-    from confluent_kafka.admin import AdminClient
-
-    from cohort.config import ConfigError, parse_properties
-
-    conf = {"bootstrap.servers": args.bootstrap_server}
-    if args.command_config:
-        try:
-            with open(args.command_config, encoding="utf-8") as f:
-                conf.update(parse_properties(f.read(), source=args.command_config))
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.command_config}: {exc.strerror}") from None
-        except ConfigError as exc:
-            raise UsageError(str(exc)) from None
-    return AdminClient(conf)
-
-
-def _reported(command: str):
-    """Run a subcommand: a usage error is one line and exit 2, a broker's refusal its message
-    and exit 1."""
-    def wrap(fn):
-        def run(args: argparse.Namespace) -> int:
-            from confluent_kafka import KafkaException
-
-            try:
-                return fn(args)
-            except UsageError as exc:
-                print(f"cohort {command} {args.action}: error: {exc}", file=sys.stderr)
-                return EXIT_USAGE
-            except KafkaException as exc:
-                print(f"cohort {command} {args.action}: {exc.args[0].str()}", file=sys.stderr)
-                return EXIT_FAILURE
-        return run
-    return wrap
 
 
 # --- acls ---------------------------------------------------------------------------------------
@@ -155,11 +111,11 @@ def _pattern(name: str):
     return getattr(ResourcePatternType, name.upper())
 
 
-@_reported("acls")
+@reported("acls {action}")
 def run_acls(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, ResourceType
 
-    admin = _admin(args)
+    admin = make_admin(args)
     if args.action == "add":
         if not args.operation:
             raise UsageError("give at least one --operation")
@@ -215,7 +171,7 @@ def _print_acls(bindings: Sequence, title: str) -> None:
 # --- users ----------------------------------------------------------------------------------------
 
 
-@_reported("users")
+@reported("users {action}")
 def run_users(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import (
         ScramCredentialInfo,
@@ -224,7 +180,7 @@ def run_users(args: argparse.Namespace) -> int:
         UserScramCredentialUpsertion,
     )
 
-    admin = _admin(args)
+    admin = make_admin(args)
     if args.action == "list":
         users = [args.user] if args.user else None
         result = admin.describe_user_scram_credentials(users, request_timeout=args.timeout)
