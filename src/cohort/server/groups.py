@@ -278,6 +278,11 @@ class GroupCoordinator:
         self._refresh_metadata()
         return overview.group_views(self.shard, self._topic_name, only)
 
+    def group_lags(self) -> list[overview.GroupLag]:
+        """The cheap per-group summary /metrics renders (read on the event loop)."""
+        self._refresh_metadata()
+        return overview.group_lags(self.shard, self._topic_name)
+
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         try:
             topic = self.broker.topic_by_id(topic_id)

@@ -162,6 +162,65 @@ def group_views(shard: Any, topic_name: Any, only: str | None = None) -> list[Gr
     return out
 
 
+class GroupLag:
+    """What /metrics needs of one group, without building member views. `committed` is the
+    shard's own map of (topic, partition) to OffsetCommitValue (read `.offset`; do not keep it
+    past the event loop turn). `members_key` changes whenever membership or an assignment does
+    (it holds the member values, which the shard replaces rather than mutates, or a classic
+    group's generation), so a renderer may cache what `owners()` gave for it."""
+
+    __slots__ = ("group_id", "type", "state", "epoch", "members", "committed", "members_key", "_group", "_topic_name")
+
+    def __init__(self, group_id: str, kind: str, state: str, epoch: int, members: int, committed: Any,
+                 members_key: Any, group: Any, topic_name: Any) -> None:
+        self.group_id, self.type, self.state, self.epoch, self.members = group_id, kind, state, epoch, members
+        self.committed, self.members_key, self._group, self._topic_name = committed, members_key, group, topic_name
+
+    def owners(self) -> dict:
+        """(topic, partition) -> (host, member id, client id) of the member holding it now."""
+        owners: dict = {}
+        group = self._group
+        if group is None:
+            return owners
+        if self.type == "consumer":
+            for m in group.members.values():
+                who = (m.client_host, m.member_id, m.client_id)
+                for topic_id, partitions in m.assigned_partitions.items():
+                    name = self._topic_name(topic_id)
+                    if name is not None:
+                        for p in partitions:
+                            owners[(name, p)] = who
+        else:
+            for m in group.members.values():
+                who = (m.client_host, m.member_id, m.client_id)
+                for tp in _classic_partitions(m.assignment, group.protocol_type):
+                    owners[tp] = who
+        return owners
+
+
+def group_lags(shard: Any, topic_name: Any) -> list[GroupLag]:
+    """Every group, sorted by id, in one cheap pass (the metrics scrape runs it at 10,000s of groups)."""
+    state = shard.state
+    offsets = state.offsets
+    no_offsets: dict = {}
+    out = []
+    for gid in sorted(state.groups.keys() | state.classic_groups.keys() | offsets.keys()):
+        classic = state.classic_groups.get(gid)
+        group = state.groups.get(gid)
+        committed = offsets.get(gid, no_offsets)
+        if group is not None and (classic is None or not classic.members):
+            members = group.members
+            out.append(GroupLag(gid, "consumer", group.state().value, group.group_epoch, len(members), committed,
+                                tuple(members.values()), group, topic_name))
+        elif classic is not None:
+            key = (classic.generation_id, classic.state, tuple(classic.members))  # assignments land at Stable
+            out.append(GroupLag(gid, "classic", classic.state.value, classic.generation_id, len(classic.members),
+                                committed, key, classic, topic_name))
+        else:
+            out.append(GroupLag(gid, "classic", "Empty", 0, 0, committed, (), None, topic_name))
+    return out
+
+
 def partition_views(broker: Any, include_internal: bool = False) -> list[PartitionView]:
     """Every partition's log start and end offsets and size on disk, by topic and partition."""
     snap = broker.metadata_snapshot()

@@ -1,15 +1,23 @@
 """The broker's Prometheus metrics, built when `/metrics` is scraped.
 
 Nothing here runs on the request path: the server and the coordinator runtime record into plain
-counters and histograms (`cohort.stats`), and `BrokerCollector.collect` reads them, with the
-groups and logs, in one pass on the event loop when Prometheus asks. Lag series use the names
-kafka-lag-exporter publishes (`kafka_consumergroup_group_lag` ... with `cluster_name`, `group`,
-`topic`, `partition`, `member_host`, `consumer_id`, `client_id`), so its dashboards and alerts
-work unchanged; everything else is `cohort_*`.
+counters and histograms (`cohort.stats`), and `render` reads them, with the groups and logs, in
+one pass on the event loop when Prometheus asks. Lag series use the names kafka-lag-exporter
+publishes (`kafka_consumergroup_group_lag` ... with `cluster_name`, `group`, `topic`, `partition`,
+`member_host`, `consumer_id`, `client_id`), so its dashboards and alerts work unchanged;
+everything else is `cohort_*`.
+
+The families with a few series (requests, latencies, bytes, coordinator timings) go through
+prometheus_client's collector and `generate_latest`. The ones with a series per group or per
+partition are written as text here: `generate_latest` validates and escapes every label of every
+sample (about 20 us a sample, measured with cProfile: 2.4 s for the 121,000 samples of 10,000
+groups, all of it on the broker's event loop), while these are built from label strings escaped
+once per group, topic and member (bench/metrics_scrape.py has the figures).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -39,14 +47,10 @@ class BrokerCollector:
 
     def collect(self):
         server = self.server
-        cluster = server.config["metrics.cluster.name"]
         yield from self._requests(server.stats)
         coordinator = getattr(server, "group_coordinator", None)
-        yield from self._logs(server, cluster)
         if coordinator is not None:
             yield from self._coordinator(coordinator)
-            if coordinator.loaded:
-                yield from self._groups(coordinator, server, cluster)
 
     @staticmethod
     def _requests(stats: Any):
@@ -96,67 +100,161 @@ class BrokerCollector:
         ready.add_metric([], 1 if coordinator.loaded else 0)
         yield from (append, fsync, assignor, bumps, ready)
 
-    @staticmethod
-    def _logs(server: Any, cluster: str):
-        latest = GaugeMetricFamily("kafka_partition_latest_offset", "A partition's log end offset.",
-                                   labels=["cluster_name", "topic", "partition"])
-        earliest = GaugeMetricFamily("kafka_partition_earliest_offset", "A partition's log start offset.",
-                                     labels=["cluster_name", "topic", "partition"])
-        size = GaugeMetricFamily("cohort_log_size", "A partition's log size on disk.", labels=["topic", "partition"],
-                                 unit="bytes")
-        for p in server.partitions():
-            part = str(p.partition)
-            latest.add_metric([cluster, p.topic, part], p.end)
-            earliest.add_metric([cluster, p.topic, part], p.start)
-            size.add_metric([p.topic, part], p.size)
-        yield from (latest, earliest, size)
-
-    @staticmethod
-    def _groups(coordinator: Any, server: Any, cluster: str):
-        groups = coordinator.groups()
-        ends = server.end_offsets()
-        by_state = Counter((g.type, g.state) for g in groups)
-        count = GaugeMetricFamily("cohort_groups", "Groups by type and state.", labels=["type", "state"])
-        for (kind, state), n in sorted(by_state.items()):
-            count.add_metric([kind, state], n)
-        members = GaugeMetricFamily("cohort_group_members", "Members of each group.", labels=["group", "type"])
-        epoch = GaugeMetricFamily("cohort_group_epoch", "Each group's epoch (a classic group's generation).",
-                                  labels=["group", "type"])
-        labels = ["cluster_name", "group", "topic", "partition", "member_host", "consumer_id", "client_id"]
-        lag = GaugeMetricFamily("kafka_consumergroup_group_lag", "Log end offset minus the group's committed "
-                                "offset, per partition with a commit.", labels=labels)
-        offset = GaugeMetricFamily("kafka_consumergroup_group_offset", "The group's committed offset.", labels=labels)
-        max_lag = GaugeMetricFamily("kafka_consumergroup_group_max_lag", "The largest partition lag of a group.",
-                                    labels=["cluster_name", "group"])
-        sum_lag = GaugeMetricFamily("kafka_consumergroup_group_sum_lag", "The sum of a group's partition lags.",
-                                    labels=["cluster_name", "group"])
-        for g in groups:
-            members.add_metric([g.group_id, g.type], len(g.members))
-            epoch.add_metric([g.group_id, g.type], g.epoch)
-            if not g.committed:
-                continue
-            owner = {tp: m for m in g.members for tp in m.assigned}
-            lags = g.lag(ends)
-            for (topic, partition), value in sorted(lags.items()):
-                m = owner.get((topic, partition))
-                row = [cluster, g.group_id, topic, str(partition), "" if m is None else m.host,
-                       "" if m is None else m.member_id, "" if m is None else m.client_id]
-                lag.add_metric(row, value)
-                offset.add_metric(row, g.committed[(topic, partition)])
-            max_lag.add_metric([cluster, g.group_id], max(lags.values()))
-            sum_lag.add_metric([cluster, g.group_id], sum(lags.values()))
-        imbalance = GaugeMetricFamily("cohort_lag_imbalance", "Heaviest member's assigned lag over the mean, at "
-                                      "the lag assignor's last evaluation of the group.", labels=["group"])
-        lag_moves = CounterMetricFamily("cohort_lag_rebalances", "Lag-driven epoch bumps (the lag assignor moved "
-                                        "partitions) since the broker started.", labels=["group"])
-        for gid, state in sorted(coordinator.shard.lag_balance.items()):
-            imbalance.add_metric([gid], state.last_imbalance)
-            lag_moves.add_metric([gid], state.rebalances)
-        yield from (count, members, epoch, lag, offset, max_lag, sum_lag, imbalance, lag_moves)
-
-
 def registry_for(server: Any) -> CollectorRegistry:
     """A registry holding only the broker's collector (not the client library's process globals)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(server))
     return registry
+
+
+def _escape(value: str) -> str:
+    """A label value in the text format (backslash, double quote and newline escaped)."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
+
+
+class _Family:
+    __slots__ = ("head", "lines")
+
+    def __init__(self, name: str, kind: str, doc: str) -> None:
+        self.head = f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"
+        self.lines: list[str] = []
+
+    def text(self) -> str:
+        return self.head + "".join(self.lines)
+
+
+CHUNK = 1000  # groups or partitions rendered between two turns of the event loop
+
+
+class FleetRenderer:
+    """The families with a series per partition or per group, as exposition text.
+
+    A group's lag and offset lines are kept from one scrape to the next and rebuilt only when
+    its committed offsets, the log end offsets of those partitions or its members changed, so
+    a scrape of a mostly idle fleet costs a check per partition rather than two formatted lines."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, tuple] = {}
+        self._topics: dict[str, str] = {}
+
+    def _topic(self, name: str) -> str:
+        escaped = self._topics.get(name)
+        if escaped is None:
+            escaped = self._topics[name] = _escape(name)
+        return escaped
+
+    async def text(self, server: Any) -> str:
+        """Yields to the event loop every CHUNK groups or partitions, so a scrape of a large fleet
+        never holds the broker up for long; each group is read whole within one step."""
+        cluster = _escape(server.config["metrics.cluster.name"])
+        latest = _Family("kafka_partition_latest_offset", "gauge", "A partition's log end offset.")
+        earliest = _Family("kafka_partition_earliest_offset", "gauge", "A partition's log start offset.")
+        size = _Family("cohort_log_size_bytes", "gauge", "A partition's log size on disk.")
+        ends: dict[tuple[str, int], int] = {}
+        for n, p in enumerate(server.partitions(), 1):
+            if n % CHUNK == 0:
+                await asyncio.sleep(0)
+            t = self._topic(p.topic)
+            ends[(p.topic, p.partition)] = p.end
+            labels = f'{{cluster_name="{cluster}",topic="{t}",partition="{p.partition}"}} '
+            latest.lines.append(f"kafka_partition_latest_offset{labels}{p.end}\n")
+            earliest.lines.append(f"kafka_partition_earliest_offset{labels}{p.start}\n")
+            size.lines.append(f'cohort_log_size_bytes{{topic="{t}",partition="{p.partition}"}} {p.size}\n')
+        families = [latest, earliest, size]
+        coordinator = getattr(server, "group_coordinator", None)
+        if coordinator is None or not coordinator.loaded:
+            return "".join(f.text() for f in families)
+        count = _Family("cohort_groups", "gauge", "Groups by type and state.")
+        members = _Family("cohort_group_members", "gauge", "Members of each group.")
+        epochs = _Family("cohort_group_epoch", "gauge", "Each group's epoch (a classic group's generation).")
+        lag = _Family("kafka_consumergroup_group_lag", "gauge",
+                      "Log end offset minus the group's committed offset, per partition with a commit.")
+        offset = _Family("kafka_consumergroup_group_offset", "gauge", "The group's committed offset.")
+        max_lag = _Family("kafka_consumergroup_group_max_lag", "gauge", "The largest partition lag of a group.")
+        sum_lag = _Family("kafka_consumergroup_group_sum_lag", "gauge", "The sum of a group's partition lags.")
+        by_state: Counter = Counter()
+        previous, kept = self._groups, {}
+        for n, g in enumerate(coordinator.group_lags(), 1):
+            if n % CHUNK == 0:
+                await asyncio.sleep(0)
+            by_state[(g.type, g.state)] += 1
+            committed = g.committed
+            key = (tuple(committed.values()), tuple([ends.get(tp) for tp in committed]), g.members_key, g.epoch)
+            cached = previous.get(g.group_id)
+            if cached is None or cached[0] != key:
+                # the label strings survive a change of offsets; members or partitions rebuild them
+                labels = cached[1] if cached is not None and cached[0][2:] == key[2:] and cached[1][0] == tuple(
+                    committed) else self._labels(cluster, g)
+                cached = (key, labels, *self._group_lines(g, labels, ends))
+            kept[g.group_id] = cached
+            members.lines.append(cached[2])
+            epochs.lines.append(cached[3])
+            if committed:
+                lag.lines.append(cached[4])
+                offset.lines.append(cached[5])
+                max_lag.lines.append(cached[6])
+                sum_lag.lines.append(cached[7])
+        self._groups = kept  # groups gone since are forgotten
+        for (kind, state), n in sorted(by_state.items()):
+            count.lines.append(f'cohort_groups{{type="{kind}",state="{state}"}} {n}\n')
+        imbalance = _Family("cohort_lag_imbalance", "gauge", "Heaviest member's assigned lag over the mean, at the "
+                            "lag assignor's last evaluation of the group.")
+        moves = _Family("cohort_lag_rebalances", "counter", "Lag-driven epoch bumps (the lag assignor moved "
+                        "partitions) since the broker started.")
+        for gid, state in sorted(coordinator.shard.lag_balance.items()):
+            imbalance.lines.append(f'cohort_lag_imbalance{{group="{_escape(gid)}"}} {state.last_imbalance!r}\n')
+            moves.lines.append(f'cohort_lag_rebalances_total{{group="{_escape(gid)}"}} {state.rebalances}\n')
+        families += [count, members, epochs, lag, offset, max_lag, sum_lag, imbalance, moves]
+        return "".join(f.text() for f in families)
+
+    def _labels(self, cluster: str, g: Any) -> tuple:
+        """(partitions, the label text of each, the group's members line, epoch line, group labels)."""
+        gid = _escape(g.group_id)
+        owners = g.owners() if g.committed else {}
+        head = f'{{cluster_name="{cluster}",group="{gid}",topic="'
+        nobody = '",member_host="",consumer_id="",client_id=""} '
+        tails: dict = {}
+        texts = []
+        for topic, partition in g.committed:
+            who = owners.get((topic, partition))
+            if who is None:
+                tail = nobody
+            else:
+                tail = tails.get(who)
+                if tail is None:
+                    tail = tails[who] = (f'",member_host="{_escape(who[0])}",consumer_id="{_escape(who[1])}",'
+                                         f'client_id="{_escape(who[2])}"}} ')
+            texts.append(f'{head}{self._topic(topic)}",partition="{partition}{tail}')
+        return (tuple(g.committed), texts, f'cohort_group_members{{group="{gid}",type="{g.type}"}} {g.members}\n',
+                f'cohort_group_epoch{{group="{gid}",type="{g.type}"}} {g.epoch}\n',
+                f'{{cluster_name="{cluster}",group="{gid}"}} ')
+
+    @staticmethod
+    def _group_lines(g: Any, labels: tuple, ends: dict) -> tuple:
+        """(members line, epoch line, lag lines, offset lines, max lag line, sum lag line) of one group."""
+        _, texts, member_line, epoch_line, group_labels = labels
+        if not g.committed:
+            return member_line, epoch_line, "", "", "", ""
+        lag_lines, offset_lines = [], []
+        total = biggest = 0
+        for (tp, value), text in zip(g.committed.items(), texts):
+            at = value.offset
+            end = ends.get(tp, at)
+            behind = end - at if end > at else 0
+            total += behind
+            if behind > biggest:
+                biggest = behind
+            lag_lines.append(f"kafka_consumergroup_group_lag{text}{behind}\n")
+            offset_lines.append(f"kafka_consumergroup_group_offset{text}{at}\n")
+        return (member_line, epoch_line, "".join(lag_lines), "".join(offset_lines),
+                f"kafka_consumergroup_group_max_lag{group_labels}{biggest}\n",
+                f"kafka_consumergroup_group_sum_lag{group_labels}{total}\n")
+
+
+async def render(server: Any, registry: CollectorRegistry, fleet: FleetRenderer) -> bytes:
+    """The whole /metrics answer: the library's families, then the fleet's."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry) + (await fleet.text(server)).encode("utf-8")
