@@ -56,10 +56,10 @@ def test_missing_samples_directory(tmp_path):
 
 
 def test_samples_directory_without_tables(tmp_path):
-    (tmp_path / "partitions").mkdir()
+    (tmp_path / "members").mkdir()  # a fleet of Empty groups has no members/, but every fleet has partitions/
     result = run_cli("evaluate", "--samples", str(tmp_path), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
-    assert result.stderr.strip().endswith("not a lag-sample directory (no members/ table)")
+    assert result.stderr.strip().endswith("not a lag-sample directory (no partitions/ table)")
 
 
 def test_unknown_assignor_lists_the_known_ones(samples_dir):

@@ -13,7 +13,9 @@ ASSIGNORS = ("uniform", "range", "lag")
 def evaluated(evaluation):
     """The CLI run's output directory and its headline facts, read from the `overall` table."""
     overall = pq.read_table(evaluation.out / "overall").to_pylist()
-    ranking = sorted(overall, key=lambda r: r["avg_max_member_lag"])
+    from cohort.pipeline.report import rank_key
+
+    ranking = sorted(overall, key=rank_key)
     facts = {
         "winner": ranking[0]["assignor"],
         "runner_up": ranking[1]["assignor"],
@@ -193,3 +195,75 @@ def test_a_group_sample_table_of_other_rows_is_refused_with_its_missing_columns(
     pq.write_table(pa.table({"group_id": ["g"], "sample_seq": [1]}), where / "part-0.parquet")
     with pytest.raises(evaluate.SamplesError, match="not a group_samples table, missing columns body, names, sample_time"):
         evaluate.run(spark, str(samples), tmp_path / "out", ASSIGNORS)
+
+
+def _fleet_with_empty_groups(spark, fleet, path, empty: int, keep_members: bool):
+    """The fleet's flat tables plus `empty` groups that have partitions but never a member."""
+    from pyspark.sql import functions as F
+
+    from cohort.pipeline import layout
+
+    parts = spark.read.parquet(str(fleet.dir / layout.PARTITIONS_TABLE))
+    one = parts.where(F.col("group_id") == parts.select(F.min("group_id")).first()[0])
+    extra = None
+    for i in range(empty):
+        rows = one.withColumn("group_id", F.lit(f"empty-{i}")).withColumn("member_id", F.lit(None).cast("string"))
+        extra = rows if extra is None else extra.unionByName(rows)
+    base = parts if keep_members else parts.limit(0)
+    table = base.unionByName(extra).withColumn("group_bucket", layout.bucket_column())
+    table.write.partitionBy(*layout.PARTITION_COLUMNS).parquet(str(path / layout.PARTITIONS_TABLE))
+    if keep_members:
+        spark.read.parquet(str(fleet.dir / layout.MEMBERS_TABLE)).write.partitionBy(*layout.PARTITION_COLUMNS).parquet(
+            str(path / layout.MEMBERS_TABLE))
+
+
+def test_groups_without_members_are_counted_as_skipped(spark, fleet, tmp_path):
+    from cohort.pipeline import evaluate
+
+    samples = tmp_path / "samples"
+    _fleet_with_empty_groups(spark, fleet, samples, empty=3, keep_members=True)
+    facts = evaluate.run(spark, str(samples), tmp_path / "out", ASSIGNORS)
+    assert facts["groups"] == fleet.groups and facts["skipped"] == 3
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "3 groups of the samples never had a member and were skipped" in text
+
+
+def test_a_fleet_of_empty_groups_reports_that_nothing_was_scored(spark, fleet, tmp_path):
+    from cohort.pipeline import evaluate
+
+    samples = tmp_path / "samples"
+    _fleet_with_empty_groups(spark, fleet, samples, empty=4, keep_members=False)
+    assert not (samples / "members").exists()
+    facts = evaluate.run(spark, str(samples), tmp_path / "out", ASSIGNORS)
+    assert facts["winner"] is None and facts["skipped"] == 4
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "No group had members in the samples" in text and "4 groups of the samples never had a member" in text
+
+
+def test_report_defines_its_columns_and_states_its_provenance(evaluated, fleet):
+    out, facts = evaluated
+    text = (out / "report.md").read_text()
+    from cohort import __version__
+    from cohort.pipeline.report import COLUMNS
+
+    header = next(line for line in text.splitlines() if line.startswith("| assignor |"))
+    for column in [c.strip() for c in header.strip("|").split("|")][1:]:
+        defined = {name for name, _ in COLUMNS} | {"p50", "p90", "p99"}
+        assert column in defined, column
+    assert "| avg max member lag | messages;" in text
+    provenance = text.split("## Provenance", 1)[1]
+    assert f"- input: {fleet.dir}" in provenance and f"- cohort: {__version__}" in provenance
+    assert f"seed {fleet.seed}" in provenance and "- evaluated: " in provenance
+
+
+def test_the_headline_ranks_as_the_tables_do():
+    from cohort.pipeline.report import rank_key
+
+    lag = {"assignor": "lag", "avg_max_member_lag": 10.0, "avg_moved": 2.0, "avg_partition_skew": 0.0, "groups_won": 3}
+    rng = {"assignor": "range", "avg_max_member_lag": 10.0, "avg_moved": 0.5, "avg_partition_skew": 1.0, "groups_won": 7}
+    assert sorted([lag, rng], key=rank_key)[0]["assignor"] == "range"  # equal lag: fewer moves wins, not the name
+    rng["avg_moved"] = 2.0
+    rng["avg_partition_skew"] = 0.0
+    assert sorted([rng, lag], key=rank_key)[0]["assignor"] == "range"  # then more groups won
+    rng["groups_won"] = 3
+    assert rank_key(lag) == rank_key(rng)  # a tie the report states as one

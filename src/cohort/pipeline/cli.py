@@ -201,9 +201,8 @@ def _evaluate(args) -> int:
         samples = Path(local)
         if not samples.is_dir():
             raise UsageError(f"--samples {args.samples}: no such directory")
-        missing = [t for t in ("partitions", "members") if not (samples / t).is_dir()]
-        if missing:
-            raise UsageError(f"--samples {args.samples}: not a lag-sample directory (no {' or '.join(missing)}/ table)")
+        if not (samples / "partitions").is_dir():
+            raise UsageError(f"--samples {args.samples}: not a lag-sample directory (no partitions/ table)")
     out = _out_dir(args.out)
     if local is not None and out.resolve() == Path(local).resolve():
         raise UsageError("--out must differ from --samples")
@@ -219,13 +218,19 @@ def _evaluate(args) -> int:
         except SamplesError as e:
             raise UsageError(str(e)) from None
     elapsed = time.perf_counter() - started
+    skipped = f"; {facts['skipped']:,} groups without members skipped" if facts.get("skipped") else ""
     if facts["winner"] is None:
-        print(f"no group with members in {args.samples}; report: {out / 'report.md'}")
+        print(f"no group with members in {args.samples}{skipped}; report: {out / 'report.md'}")
+    elif facts.get("tie"):
+        print(f"{facts['winner']} and {facts['runner_up']} tie over {facts['groups']:,} groups{skipped} "
+              f"({elapsed:.1f} s); report: {out / 'report.md'}")
     elif facts["runner_up"] is None:
-        print(f"scored {facts['groups']:,} groups with {facts['winner']} in {elapsed:.1f} s; report: {out / 'report.md'}")
+        print(f"scored {facts['groups']:,} groups with {facts['winner']}{skipped} in {elapsed:.1f} s; "
+              f"report: {out / 'report.md'}")
     else:
         print(f"{facts['winner']} wins: average max member lag {100 * facts['margin']:.1f} % below "
-              f"{facts['runner_up']} over {facts['groups']:,} groups ({elapsed:.1f} s); report: {out / 'report.md'}")
+              f"{facts['runner_up']} over {facts['groups']:,} groups{skipped} ({elapsed:.1f} s); "
+              f"report: {out / 'report.md'}")
     return 0
 
 

@@ -69,6 +69,10 @@ def load_samples(spark, samples: str):
         try:
             df = spark.read.parquet(path)
         except AnalysisException:
+            if table == layout.MEMBERS_TABLE and frames:
+                # a fleet whose groups never had a member (all Empty) writes no member rows at all
+                frames.append(spark.createDataFrame([], layout.spark_schema(schema)))
+                continue
             raise SamplesError(f"{path}: no Parquet lag samples there (see docs/pipeline.md)") from None
         missing = sorted(set(schema.names) - set(df.columns))
         if missing:
@@ -239,6 +243,36 @@ def overall(scores, winners):
     )
 
 
+def provenance(spark, samples: str, assignor_names, partitions) -> dict:
+    """Where the report's figures come from: input, its fleet's seed when simulated, when, what ran."""
+    import datetime
+    import json
+
+    from cohort import __version__
+
+    facts = {"input": samples,
+             "samples per group": f"{partitions.select('sample_seq').distinct().count():,}",
+             "assignors": ", ".join(assignor_names)}
+    local = sample_files.local_path(samples)
+    fleet_file = Path(local) / FLEET_FILE if local is not None else None
+    if fleet_file is not None and fleet_file.is_file():
+        try:
+            fleet = json.loads(fleet_file.read_text())
+            facts["fleet"] = ", ".join(f"{k} {v}" for k, v in fleet.items())
+        except (OSError, ValueError):
+            pass
+    facts.update({
+        "evaluated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "cohort": __version__,
+        "Spark": f"{spark.version} (master {spark.sparkContext.master})",
+    })
+    return facts
+
+
+# What `simulate` records next to the tables it writes (Spark skips names starting with `_`).
+FLEET_FILE = "_fleet.json"
+
+
 def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, num_partitions=None) -> dict:
     """Score, summarise, write every table and the report under `out`; returns the report's facts.
 
@@ -263,7 +297,10 @@ def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, 
     summary = written(group_summary(scores), "group_summary")
     winners = written(group_winners(summary), "group_winners")
     totals = written(overall(scores, winners), "overall", files=1)
-    return report.write_report(spark, out, list(assignor_names), scores, winners, totals)
+    in_samples = partitions.select("group_id").distinct().count()
+    skipped = max(in_samples - winners.count(), 0)  # groups that never had a member: nothing to assign
+    return report.write_report(spark, out, list(assignor_names), scores, winners, totals,
+                               provenance(spark, samples, assignor_names, partitions), skipped)
 
 
 def main(argv=None) -> int:

@@ -59,7 +59,22 @@ def write_fleet(spark, out: str | Path, groups: int, params: FleetParams, tasks:
         (group_samples.TABLE, grouped, ("group_id", "sample_seq"), codec.STORED_COMPRESSION),
     ):
         layout.write_partitioned(df, f"{out}/{name}", order, compression)
+    _record_fleet(out, groups, params)
     return {"groups": groups, "samples": params.samples}
+
+
+def _record_fleet(out: str, groups: int, params: FleetParams) -> None:
+    """The fleet's parameters beside its tables, for the provenance of reports made from it."""
+    import dataclasses
+    import json
+
+    from cohort.pipeline.evaluate import FLEET_FILE
+    from cohort.pipeline.sample_files import local_path
+
+    local = local_path(out)
+    if local is not None:
+        facts = {"simulated groups": groups, **{k.replace("_", " "): v for k, v in dataclasses.asdict(params).items()}}
+        Path(local, FLEET_FILE).write_text(json.dumps(facts))
 
 
 def main(argv=None) -> int:
