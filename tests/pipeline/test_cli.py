@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,7 +16,7 @@ from cohort.pipeline import cli
 def run_cli(*args, cwd=None):
     return subprocess.run(
         [sys.executable, "-m", "cohort.pipeline.cli", *args],
-        capture_output=True, text=True, timeout=60, cwd=cwd,
+        capture_output=True, text=True, timeout=180, cwd=cwd,
     )
 
 
@@ -105,3 +107,48 @@ def test_add_parser_plugs_into_a_parent_command(samples_dir, capsys):
     assert capsys.readouterr().err.strip() == (
         "cohort pipeline simulate: error: argument --groups: expected a positive integer, got '-1'"
     )
+
+
+def _stderr_lines(text):
+    """What a job printed, less the JVM's own launch warning (`--add-modules` of Spark 4)."""
+    return [line for line in text.splitlines() if not line.startswith("WARNING: Using incubator modules")]
+
+
+def test_a_failure_after_spark_starts_is_one_line_with_its_cause(tmp_path):
+    bad = tmp_path / "samples" / "partitions" / "date=2026-01-01" / "group_bucket=1"
+    bad.mkdir(parents=True)
+    (bad / "part-0.parquet").write_bytes(b"not parquet")
+    result = run_cli("evaluate", "--samples", str(tmp_path / "samples"), "--out", str(tmp_path / "out"),
+                     "--master", "local[1]")
+    assert result.returncode == 1
+    (line,) = _stderr_lines(result.stderr)
+    assert line.startswith("cohort pipeline evaluate: failed: SparkException: [FAILED_READ_FILE")
+    assert "part-0.parquet" in line
+    verbose = run_cli("evaluate", "--samples", str(tmp_path / "samples"), "--out", str(tmp_path / "out2"),
+                      "--master", "local[1]", "--verbose")
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr  # the whole story, when asked
+    assert _stderr_lines(verbose.stderr)[-1] == line
+
+
+@pytest.mark.parametrize("signum, when", [(signal.SIGTERM, "partitions"), (signal.SIGINT, "_spark/local")])
+def test_a_signal_stops_a_running_job_cleanly_within_5_s(tmp_path, signum, when):
+    """SIGTERM while Spark writes the first table; SIGINT while the session is still starting."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "cohort", "pipeline", "simulate", "--groups", "2000000",
+                             "--out", str(out), "--master", "local[1]"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / when).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None
+        proc.send_signal(signum)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        assert time.monotonic() - sent < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signum
+    assert _stderr_lines(err) == ["cohort pipeline simulate: stopped; tables in --out may be partial"], err
+    assert not (out / "_spark").exists()  # the scratch space went with the session

@@ -7,6 +7,8 @@ from the checkpoint continues with the next sample and repeats none.
 
 from __future__ import annotations
 
+import time
+
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -259,3 +261,16 @@ def test_closed_days_are_compacted_to_one_sorted_file_per_bucket(spark, runs, tm
     lag.recover_compaction(out)
     assert sorted(map(repr, rows(spark, out, layout.MEMBERS_TABLE))) == before[layout.MEMBERS_TABLE]
     assert not (out / "_staging" / lag.COMPACTING).exists()
+
+
+def test_once_on_a_cluster_without_groups_fails_before_spark(tmp_path, capsys):
+    from cohort.server.testing import ServerThread
+
+    with ServerThread(tmp_path / "data") as srv:
+        bootstrap, out = srv.bootstrap, tmp_path / "out"
+        started = time.monotonic()
+        assert run_lag(["--bootstrap", bootstrap, "--out", str(out), "--once", "--timeout", "5s"]) == 1
+        assert time.monotonic() - started < 10  # no JVM was started for it
+    err = capsys.readouterr().err
+    assert err == f"cohort pipeline lag: failed: no consumer group at {bootstrap}; nothing to sample\n"
+    assert not out.exists()

@@ -89,6 +89,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default=None, metavar="URL",
                    help="Spark master (default local[*]; under spark-submit, spark-submit's choice)")
     p.add_argument("--driver-memory", default="2g", metavar="SIZE", help="driver JVM heap for local runs (default 2g)")
+    p.add_argument("--verbose", action="store_true", help="Spark's own log lines, and the full trace of a failure")
 
 
 def _configure(pipeline: argparse.ArgumentParser) -> None:
@@ -174,7 +175,7 @@ def _simulate(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with spark_session(out, master=args.master, app_name="cohort-pipeline-simulate",
-                       driver_memory=args.driver_memory) as spark:
+                       driver_memory=args.driver_memory, verbose=args.verbose) as spark:
         write_fleet(spark, out, args.groups, params)
     print(f"wrote {args.groups:,} groups x {args.samples} samples x {args.partitions} partitions to {out} "
           f"in {time.perf_counter() - started:.1f} s")
@@ -212,7 +213,7 @@ def _evaluate(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with spark_session(out, master=args.master, app_name="cohort-pipeline-evaluate",
-                       driver_memory=args.driver_memory) as spark:
+                       driver_memory=args.driver_memory, verbose=args.verbose) as spark:
         try:
             facts = run(spark, args.samples, out, names, args.shuffle_partitions)
         except SamplesError as e:
@@ -241,9 +242,11 @@ def _lag(args, spark=None) -> int:
         raise UsageError(f"--snapshot-dir {args.snapshot_dir}: exists and is not a directory")
     from cohort.pipeline.lag import run
     from cohort.pipeline.session import spark_session
-    from cohort.pipeline.wire import check
+    from cohort.pipeline.wire import WireError, check, group_count
 
     check(args.bootstrap, args.timeout)  # a wrong address fails here, in seconds, before Spark starts
+    if args.once and group_count(args.bootstrap, args.timeout) == 0:  # so does one sample of nothing
+        raise WireError(f"no consumer group at {args.bootstrap}; nothing to sample")
     out.mkdir(parents=True, exist_ok=True)
 
     def report(facts):
@@ -259,7 +262,7 @@ def _lag(args, spark=None) -> int:
         last = go(spark)
     else:
         with spark_session(out, master=args.master, app_name="cohort-pipeline-lag",
-                           driver_memory=args.driver_memory) as session:
+                           driver_memory=args.driver_memory, verbose=args.verbose) as session:
             last = go(session)
     if not last:
         print(f"no consumer group at {args.bootstrap}; nothing written to {out}")
@@ -272,11 +275,66 @@ def run_lag(argv: Sequence[str], spark=None) -> int:
     return run_parsed(args, lambda a: _lag(a, spark))
 
 
+STOP_WITHIN_S = 3.5  # after SIGTERM or SIGINT, Spark has this long to stop before it is killed
+STOPPED = "stopped; tables in --out may be partial"
+
+
+def _stop_on_signals(prog: str, verbose: bool, out: str | None) -> dict:
+    """SIGTERM and SIGINT raise KeyboardInterrupt in the job, whose session then stops (which
+    cancels its Spark jobs) and removes its scratch space; a watchdog ends the process if that
+    takes too long. (PySpark's own SIGINT handler cancels the jobs over the py4j connection the
+    interrupted call is still using, which fails with tracebacks; spark_session keeps this one.)"""
+    import logging
+    import os
+    import signal
+    import threading
+
+    caught: dict = {}
+
+    def watchdog(code: int) -> None:
+        if caught.get("done"):
+            os._exit(code)  # stopped and reported; only the interpreter's exit lingers
+        from cohort.pipeline import session
+
+        session.stop_children(1.0)  # Spark took too long: end its JVM, then this process
+        if out:
+            session.remove_scratch(out)
+        print(f"{prog}: {STOPPED}", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    def on_signal(signum, frame):
+        if caught:
+            return  # already stopping
+        caught["code"] = 128 + signum
+        timer = threading.Timer(STOP_WITHIN_S, watchdog, (caught["code"],))
+        timer.daemon = True
+        timer.start()
+        if not verbose:
+            logging.disable(logging.CRITICAL)  # py4j logs the interrupted call's broken connection
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    return caught
+
+
 def run_parsed(args, job=None) -> int:
-    """Run the job chosen on the command line; usage errors become one line and exit 2."""
+    """Run the job chosen on the command line; usage errors become one line and exit 2; SIGTERM
+    and SIGINT stop it cleanly (exit 143 or 130)."""
     prog = f"cohort pipeline {args.job}"
+    caught = _stop_on_signals(prog, getattr(args, "verbose", False), getattr(args, "out", None))
     try:
         return (job or args.pipeline_job)(args)
+    except KeyboardInterrupt:
+        from cohort.pipeline import session
+
+        session.stop_children()  # a JVM whose start the signal interrupted
+        if getattr(args, "out", None):
+            session.remove_scratch(args.out)
+        caught["done"] = True
+        print(f"{prog}: {STOPPED}", file=sys.stderr)
+        return caught.get("code", 130)
     except UsageError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -290,6 +348,10 @@ def run_parsed(args, job=None) -> int:
         line = str(e) if isinstance(e, WireError) else spark_error_line(e)
         if line is None:
             raise
+        if getattr(args, "verbose", False):
+            import traceback
+
+            traceback.print_exception(e, file=sys.stderr)
         print(f"{prog}: failed: {line}", file=sys.stderr)
         return EXIT_FAILED
 

@@ -56,9 +56,10 @@ def local_cores(master: str) -> int:
     return cpus
 
 
-def _jvm_options(scratch: Path) -> str:
+def _jvm_options(scratch: Path, verbose: bool) -> str:
     log4j = scratch / "log4j2.properties"
-    log4j.write_text(LOG4J2)
+    # Quiet by default: a failed task logs its whole stack, which the job's one-line error replaces.
+    log4j.write_text(LOG4J2 if verbose else LOG4J2.replace("level = error", "level = fatal"))
     return " ".join(
         [
             f"-Dlog4j2.configurationFile=file:{log4j}",
@@ -77,6 +78,7 @@ def spark_session(
     driver_memory: str = "2g",
     shuffle_partitions: int | None = None,
     extra_conf: dict[str, str] | None = None,
+    verbose: bool = False,
 ) -> Iterator:
     """Start (or join, under spark-submit) a session for a job writing to `out`; stop it afterwards."""
     from pyspark.sql import SparkSession
@@ -108,7 +110,7 @@ def spark_session(
         builder = (
             builder.master(master or "local[*]")
             .config("spark.driver.memory", driver_memory)
-            .config("spark.driver.extraJavaOptions", _jvm_options(scratch))
+            .config("spark.driver.extraJavaOptions", _jvm_options(scratch, verbose))
             .config("spark.ui.enabled", "false")
             .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
         )
@@ -131,13 +133,23 @@ def spark_session(
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
+    import signal
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    on_interrupt = signal.getsignal(signal.SIGINT) if main_thread else None
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    if main_thread and callable(on_interrupt) and on_interrupt is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_interrupt)  # the job's own handler stays, not PySpark's
+    session.sparkContext.setLogLevel("ERROR" if verbose else "FATAL")
     try:
         yield session
     finally:
         if not submitted:
-            session.stop()
+            try:
+                session.stop()
+            except Exception:  # noqa: BLE001 - an interrupted job's py4j connection may be broken
+                _stop_jvm(session)
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -147,14 +159,79 @@ def spark_session(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def spark_error_line(error: BaseException) -> str | None:
-    """One line describing a Spark/JVM failure, or None when `error` is not one (a bug to surface).
+_PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Exit|Interrupt)): (.+)$")
 
-    A cluster that stopped answering a source's sweep fails in a Python worker: its `WireError`
-    message, inside the Spark error, is the line.
+
+def stop_children(timeout: float = 3.0) -> None:
+    """Kill this process's descendants (the JVM a session launched, and spark-submit's shell
+    before it, when a signal interrupted the start before PySpark kept a handle on it) and wait
+    until they are gone, so nothing writes to the scratch space after it is removed."""
+    import signal
+    import time
+
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier and pid not in tree}
+        tree |= frontier
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while tree and time.monotonic() < deadline:
+        for pid in list(tree):
+            try:
+                os.waitpid(pid, os.WNOHANG)  # reap our own children; others are reparented
+            except ChildProcessError:
+                pass
+            if not os.path.exists(f"/proc/{pid}") or _zombie(pid):
+                tree.discard(pid)
+        time.sleep(0.02)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def remove_scratch(out: str | os.PathLike) -> None:
+    shutil.rmtree(Path(out) / SCRATCH, ignore_errors=True)
+
+
+def _stop_jvm(session) -> None:
+    """End the gateway JVM when the session could not be stopped (so nothing writes to the
+    scratch space after it is removed)."""
+    try:
+        process = session.sparkContext._gateway.proc  # pyspark's handle on the JVM it launched
+        process.terminate()
+        process.wait(3)
+    except Exception:  # noqa: BLE001 - best effort: the JVM also exits when this process does
+        pass
+
+
+def spark_error_line(error: BaseException) -> str | None:
+    """One line naming the cause of a Spark/JVM failure, or None when `error` is not one (a bug
+    to surface).
+
+    A Java failure is its top exception's message (Spark's error class and what it was doing; the
+    py4j wrapper only says which call failed). A Python worker's failure is the last exception
+    line of its traceback; a cluster that stopped answering a source's sweep shows as the
+    `WireError` message inside it.
     """
     try:
-        from py4j.protocol import Py4JError
+        from py4j.protocol import Py4JError, Py4JJavaError
         from pyspark.errors import PySparkException
     except ImportError:
         return None
@@ -164,4 +241,15 @@ def spark_error_line(error: BaseException) -> str | None:
     wire_error = re.search(r"WireError: (.+)", text)
     if wire_error:
         return wire_error.group(1).strip()
-    return text.splitlines()[0][:500]
+    if isinstance(error, Py4JJavaError):
+        try:
+            java = error.java_exception
+            message = str(java.getMessage() or "").strip()
+            text = f"{java.getClass().getSimpleName()}: {message}" if message else text
+        except Exception:  # noqa: BLE001 - the gateway may be gone; keep py4j's own text
+            pass
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    python = [m for m in map(_PYTHON_ERROR.match, lines) if m]
+    if "Traceback (most recent call last)" in text and python:
+        return f"{python[-1].group(1)}: {python[-1].group(2)}"[:500]
+    return " ".join(lines[:3])[:500] if lines else type(error).__name__

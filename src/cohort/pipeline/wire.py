@@ -77,6 +77,13 @@ def check(bootstrap: str, timeout: float) -> None:
         raise WireError(f"{bootstrap}: no answer within {timeout:g} s ({exc.args[0].str()})") from None
 
 
+def group_count(bootstrap: str, timeout: float) -> int:
+    """How many consumer groups the cluster lists (ListGroups), asked on the driver."""
+    client = admin(bootstrap, timeout)
+    listed = _result(client.list_consumer_groups(request_timeout=timeout), timeout, f"{bootstrap}: ListGroups")
+    return len(listed.valid)
+
+
 API_VERSIONS, DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE = 18, 15, 69
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})  # never matched by a regex
 _OUR_VERSIONS = {DESCRIBE_GROUPS: (0, 5), CONSUMER_GROUP_DESCRIBE: (0, 1)}
