@@ -77,3 +77,21 @@ def test_group_samples_are_the_flat_tables_grouped(spark, fleet):
                   key=lambda r: (r["topic"], r["partition"]))
     assert first["lags"] == [r["lag"] for r in rows]
     assert [first["members"][o] for o in first["owners"]] == [r["member_id"] for r in rows]
+
+
+def test_progress_lines_name_the_step_and_the_tasks(spark, tmp_path, capsys, monkeypatch):
+    from cohort.pipeline import session
+    from cohort.pipeline.fleet import FleetParams
+    from cohort.pipeline.simulate import write_fleet
+
+    monkeypatch.setattr(session, "PROGRESS_EVERY_S", 0.2)
+    reporter = session.Progress(spark, "cohort pipeline simulate")
+    try:
+        write_fleet(spark, tmp_path / "fleet", 400, FleetParams(samples=2))
+    finally:
+        reporter.stop()
+    lines = [line for line in capsys.readouterr().err.splitlines() if ": progress: " in line]
+    assert lines and all(line.startswith("cohort pipeline simulate: progress: ") for line in lines)
+    assert any("writing the partitions table" in line for line in lines)
+    assert any("tasks done" in line and "tasks/s" in line for line in lines)
+    assert session._current is None  # a stopped reporter no longer takes steps

@@ -175,7 +175,8 @@ def _simulate(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with spark_session(out, master=args.master, app_name="cohort-pipeline-simulate",
-                       driver_memory=args.driver_memory, verbose=args.verbose) as spark:
+                       driver_memory=args.driver_memory, verbose=args.verbose,
+                       progress="cohort pipeline simulate") as spark:
         write_fleet(spark, out, args.groups, params)
     print(f"wrote {args.groups:,} groups x {args.samples} samples x {args.partitions} partitions to {out} "
           f"in {time.perf_counter() - started:.1f} s")
@@ -213,7 +214,8 @@ def _evaluate(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with spark_session(out, master=args.master, app_name="cohort-pipeline-evaluate",
-                       driver_memory=args.driver_memory, verbose=args.verbose) as spark:
+                       driver_memory=args.driver_memory, verbose=args.verbose,
+                       progress="cohort pipeline evaluate") as spark:
         try:
             facts = run(spark, args.samples, out, names, args.shuffle_partitions)
         except SamplesError as e:

@@ -278,11 +278,15 @@ def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, 
 
     Each table is written, then read back for the next, so no step recomputes the one before.
     """
-    from cohort.pipeline import report
+    from cohort.pipeline import report, session
 
     out = Path(out)
+    steps = {"scores": f"scoring every group sample with {', '.join(assignor_names)}",
+             "group_summary": "summarising each group", "group_winners": "choosing each group's winner",
+             "overall": "summarising each assignor"}
 
     def written(df, name, files=None):
+        session.step(f"{steps[name]} (the {name} table)")
         (df.coalesce(files) if files else df).write.mode("overwrite").parquet(str(out / name))
         return spark.read.parquet(str(out / name))
 
@@ -297,6 +301,7 @@ def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, 
     summary = written(group_summary(scores), "group_summary")
     winners = written(group_winners(summary), "group_winners")
     totals = written(overall(scores, winners), "overall", files=1)
+    session.step("writing the report")
     in_samples = partitions.select("group_id").distinct().count()
     skipped = max(in_samples - winners.count(), 0)  # groups that never had a member: nothing to assign
     return report.write_report(spark, out, list(assignor_names), scores, winners, totals,

@@ -79,8 +79,10 @@ def spark_session(
     shuffle_partitions: int | None = None,
     extra_conf: dict[str, str] | None = None,
     verbose: bool = False,
+    progress: str | None = None,
 ) -> Iterator:
-    """Start (or join, under spark-submit) a session for a job writing to `out`; stop it afterwards."""
+    """Start (or join, under spark-submit) a session for a job writing to `out`; stop it afterwards.
+    With `progress` (a label), a line on stderr every PROGRESS_EVERY_S tells what Spark is doing."""
     from pyspark.sql import SparkSession
 
     for name in _NOISY_LOGGERS:
@@ -142,9 +144,12 @@ def spark_session(
     if main_thread and callable(on_interrupt) and on_interrupt is not signal.default_int_handler:
         signal.signal(signal.SIGINT, on_interrupt)  # the job's own handler stays, not PySpark's
     session.sparkContext.setLogLevel("ERROR" if verbose else "FATAL")
+    reporter = Progress(session, progress) if progress else None
     try:
         yield session
     finally:
+        if reporter is not None:
+            reporter.stop()
         if not submitted:
             try:
                 session.stop()
@@ -160,6 +165,63 @@ def spark_session(
 
 
 _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Exit|Interrupt)): (.+)$")
+
+
+PROGRESS_EVERY_S = 10.0
+_current: "Progress | None" = None
+
+
+def step(text: str) -> None:
+    """Name what the job does now ("writing the partitions table"), for the progress lines."""
+    if _current is not None:
+        _current.step = text
+
+
+class Progress:
+    """Prints, every PROGRESS_EVERY_S while a job runs, the stages Spark is running: their
+    tasks done of all, the task rate since the previous line, and the time since the start.
+    Short jobs print nothing; lines start with "LABEL: progress:" so scripts can drop them."""
+
+    def __init__(self, session, label: str) -> None:
+        import threading
+        import time
+
+        global _current
+        self._tracker = session.sparkContext.statusTracker()
+        self._label = label
+        self.step = "starting"
+        _current = self
+        self._started = time.monotonic()
+        self._done_before = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cohort-pipeline-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import time
+
+        last = time.monotonic()
+        while not self._stop.wait(PROGRESS_EVERY_S):
+            try:
+                stages = [self._tracker.getStageInfo(i) for i in self._tracker.getActiveStageIds()]
+            except Exception:  # noqa: BLE001 - the session is stopping
+                return
+            stages = [st for st in stages if st is not None]
+            now = time.monotonic()
+            done = sum(st.numCompletedTasks for st in stages)
+            rate = max(done - self._done_before, 0) / (now - last) if done >= self._done_before else 0.0
+            self._done_before, last = done, now
+            tasks = ", ".join(f"stage {st.stageId}: {st.numCompletedTasks}/{st.numTasks} tasks done, "
+                              f"{st.numActiveTasks} running" for st in stages)
+            print(f"{self._label}: progress: {self.step}" + (f" ({tasks}; {rate:.1f} tasks/s)" if tasks else "")
+                  + f"; {now - self._started:.0f} s elapsed", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        global _current
+        self._stop.set()
+        self._thread.join(2)
+        if _current is self:
+            _current = None
 
 
 def stop_children(timeout: float = 3.0) -> None:

@@ -11,7 +11,7 @@ import math
 import sys
 from pathlib import Path
 
-from cohort.pipeline import codec, group_samples, layout
+from cohort.pipeline import codec, group_samples, layout, session
 from cohort.pipeline.fleet import FleetParams, generate
 
 ROWS_PER_TASK = 4_000_000
@@ -58,6 +58,7 @@ def write_fleet(spark, out: str | Path, groups: int, params: FleetParams, tasks:
         (layout.MEMBERS_TABLE, members, ("group_id", "sample_seq", "member_id"), None),
         (group_samples.TABLE, grouped, ("group_id", "sample_seq"), codec.STORED_COMPRESSION),
     ):
+        session.step(f"generating {groups:,} groups and writing the {name} table")
         layout.write_partitioned(df, f"{out}/{name}", order, compression)
     _record_fleet(out, groups, params)
     return {"groups": groups, "samples": params.samples}
