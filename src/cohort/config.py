@@ -458,12 +458,15 @@ def render_markdown() -> str:
     load_declarations()
     parts = [
         "# Configuration\n",
-        "cohort reads settings from built-in defaults, then a Kafka-style properties file "
-        "(`cohort serve --config FILE`), then `-o key=value` overrides (repeatable). Names follow "
-        "Kafka where Kafka has the setting. The `serve` options `--host`, `--port`, "
-        "`--advertised-host` and `--data-dir` set `listener.host`, `listener.port`, "
-        "`advertised.host` and `log.dir`. Unknown names and bad values stop the server with a "
-        "one-line error.\n",
+        "cohort reads settings from built-in defaults, then a Java properties file "
+        "(`cohort serve --config FILE`, Kafka's own `server.properties` included), then `KAFKA_*` and "
+        "`COHORT_*` environment variables (`KAFKA_LOG_RETENTION_MS` is `log.retention.ms`), then "
+        "`-o key=value` overrides (repeatable); docs/operations.md has the details. Names follow Kafka "
+        "where Kafka has the setting, and Kafka's older spellings (`broker.id`, `log.dirs`, "
+        "`log.retention.hours`) are read as Kafka reads them. The `serve` options `--host`, `--port`, "
+        "`--advertised-host` and `--data-dir` set `listener.host`, `listener.port`, `advertised.host` "
+        "and `log.dir`. Unknown names and bad values stop the server with a one-line error naming "
+        "their source.\n",
         "This page is generated: `python -m cohort.config > docs/configuration.md`.\n",
     ]
     groups: dict[str, list[Setting]] = {}
