@@ -66,6 +66,7 @@ def _charts(charts: Path, rows: list[dict]) -> list[tuple[str, str]]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     charts.mkdir(parents=True, exist_ok=True)
     names = [r["assignor"] for r in rows]
@@ -96,6 +97,7 @@ def _charts(charts: Path, rows: list[dict]) -> list[tuple[str, str]]:
         _label(ax, ax.bar([x + i * width for x in range(len(values))], values, width=width, label=r["assignor"]))
     ax.set_xticks([x + width * (len(rows) - 1) / 2 for x in range(len(labels))], labels)
     ax.set_ylim(bottom=0)  # a linear axis from zero: bar heights compare as the values do
+    ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
     ax.set_ylabel("max member lag (messages)")
     ax.set_title("Max member lag per group and sample (lower is better)")
     ax.legend()
