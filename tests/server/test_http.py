@@ -195,3 +195,18 @@ def test_scrapes_follow_commits_produces_and_membership(broker):
         consumer.close()
     admin.delete_consumer_groups(["cache-g"])["cache-g"].result(10)
     assert not [k for k in scrape(broker) if dict(k[1]).get("group") == "cache-g"]
+
+
+def test_a_taken_http_port_is_a_one_line_error(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "cohort", "serve", "--port", "0", "--data-dir", str(tmp_path / "d"),
+                               "-o", f"http.listener=127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"cohort serve: http.listener 127.0.0.1:{port}: ")

@@ -227,7 +227,12 @@ class Server:
         self.port = self.ports[self.listeners[0].name]
         if self.http_address is not None:
             self.http = http.HttpListener(self)
-            await self.http.start(*self.http_address)
+            try:
+                await self.http.start(*self.http_address)
+            except OSError as exc:
+                host, port = self.http_address
+                raise OSError(f"http.listener {host}:{port}: {exc.strerror or exc} (set http.listener to another "
+                              "address, or empty to turn it off)") from None
             log.info("cohort broker %d: metrics and dashboard on http://%s:%d/", self.broker.node_id,
                      self.http_address[0] or "*", self.http.port)
         for hook in self.startup_hooks:
