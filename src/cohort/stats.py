@@ -43,17 +43,24 @@ class Histogram:
 class RequestStats:
     """Per (API key, version): a latency histogram (frame read to response written) and bytes."""
 
-    __slots__ = ("latency", "bytes_in", "bytes_out", "connections_opened", "connections_open")
+    __slots__ = ("latency", "by_codec", "bytes_in", "bytes_out", "connections_opened", "connections_open")
 
     def __init__(self) -> None:
         self.latency: dict[tuple[int, int], Histogram] = {}
+        self.by_codec: dict[int, Histogram] = {}  # id() of a version's codec (they live as long as the process)
         self.bytes_in: dict[str, int] = {}  # listener -> bytes read
         self.bytes_out: dict[str, int] = {}  # listener -> bytes written
         self.connections_opened: dict[str, int] = {}  # listener -> connections accepted
         self.connections_open: dict[str, int] = {}  # listener -> connections open now
 
     def request(self, api_key: int, version: int, seconds: float) -> None:
+        self.histogram(api_key, version).observe(seconds)
+
+    def histogram(self, api_key: int, version: int, codec: object = None) -> Histogram:
+        """The latency histogram of one API version (found by its codec's id on the hot path)."""
         h = self.latency.get((api_key, version))
         if h is None:
             h = self.latency[(api_key, version)] = Histogram()
-        h.observe(seconds)
+        if codec is not None:
+            self.by_codec[id(codec)] = h
+        return h

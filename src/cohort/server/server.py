@@ -564,6 +564,7 @@ class Server:
         request's latency (frame read to response handed to the socket) goes to ``stats``."""
         clock = asyncio.get_running_loop().time
         stats = self.stats
+        by_codec = stats.by_codec
         sent = stats.bytes_out
         sent.setdefault(listener, 0)
         while True:
@@ -610,7 +611,10 @@ class Server:
                     out.append(frame)
                     sent[listener] += len(frame)
                 if codec is not None:
-                    stats.request(codec.api_key, codec.version, clock() - received)
+                    h = by_codec.get(id(codec))
+                    if h is None:
+                        h = stats.histogram(codec.api_key, codec.version, codec)
+                    h.observe(clock() - received)
                 if queue.empty():
                     break
                 item = queue.get_nowait()
