@@ -53,9 +53,6 @@ class RequestStats:
         self.connections_opened: dict[str, int] = {}  # listener -> connections accepted
         self.connections_open: dict[str, int] = {}  # listener -> connections open now
 
-    def request(self, api_key: int, version: int, seconds: float) -> None:
-        self.histogram(api_key, version).observe(seconds)
-
     def histogram(self, api_key: int, version: int, codec: object = None) -> Histogram:
         """The latency histogram of one API version (found by its codec's id on the hot path)."""
         h = self.latency.get((api_key, version))

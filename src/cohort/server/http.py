@@ -10,7 +10,6 @@ loopback or otherwise trusted address.
 from __future__ import annotations
 
 import importlib.resources
-import logging
 import time
 from typing import Any
 
@@ -18,8 +17,6 @@ from aiohttp import web
 
 from cohort.config import ConfigError, declare
 from cohort.tooling import metrics
-
-log = logging.getLogger("cohort.http")
 
 # The Prometheus text format every Prometheus release reads (what generate_latest writes for these names).
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
