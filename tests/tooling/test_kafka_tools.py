@@ -83,6 +83,28 @@ def test_console_producer_and_consumer_round_trip(broker):
     assert one.stdout == "world\n"
 
 
+def test_console_producer_sends_bytes_that_are_not_utf8_as_they_are(broker):
+    cohort(broker, "topics", "create", "--topic", "raw", "--partitions", "1")
+    sent = subprocess.run([sys.executable, "-m", "cohort", "produce", "--bootstrap-server", broker.bootstrap,
+                           "--topic", "raw"], input=b"plain\n\xff\xfe\x00binary\n", capture_output=True, timeout=90)
+    assert (sent.returncode, sent.stderr) == (0, b"")
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "raw-reader",
+                            "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition("raw", 0, 0)])
+        values, deadline = [], time.monotonic() + 20
+        while len(values) < 2 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+    finally:
+        consumer.close()
+    assert values == [b"plain", b"\xff\xfe\x00binary"]
+    read = subprocess.run([sys.executable, "-m", "cohort", "consume", "--bootstrap-server", broker.bootstrap,
+                           "--topic", "raw", "--from-beginning", "--max-messages", "2"], capture_output=True, timeout=90)
+    assert read.stdout == b"plain\n\xff\xfe\x00binary\n"
+
+
 @pytest.fixture
 def live_group(broker):
     """A KIP-848 member of group `ops` on `ops-t` (3 partitions, 10 records each, 4 consumed from p0)."""

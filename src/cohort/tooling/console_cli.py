@@ -22,6 +22,7 @@ without a record, or on Ctrl-C, and then says how many records it processed.
 from __future__ import annotations
 
 import argparse
+import io
 import signal
 import sys
 import time
@@ -53,7 +54,8 @@ def _flag(props: dict[str, str], name: str) -> bool:
 def parse_line(line: str, props: dict[str, str]) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
     """(key, value, headers) of one input line, by the console producer's reader properties."""
     null = props.get("null.marker")
-    decode = lambda text: None if null is not None and text == null else text.encode("utf-8")  # noqa: E731
+    # stdin is read with surrogateescape, so bytes that are not UTF-8 go out exactly as they came in
+    decode = lambda text: None if null is not None and text == null else text.encode("utf-8", "surrogateescape")  # noqa: E731
     headers: list[tuple[str, bytes | None]] = []
     if _flag(props, "parse.headers"):
         delimiter = props.get("headers.delimiter", "\t")
@@ -90,8 +92,10 @@ def run_produce(args: argparse.Namespace) -> int:
             failures.append(err.str())
 
     sent = 0
+    lines = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
+             if hasattr(sys.stdin, "buffer") else sys.stdin)
     try:
-        for n, raw in enumerate(sys.stdin, 1):
+        for n, raw in enumerate(lines, 1):
             line = raw.rstrip("\n").rstrip("\r")
             try:
                 key, value, headers = parse_line(line, props)
@@ -120,7 +124,8 @@ def format_record(msg: Any, props: dict[str, str]) -> str:
     """One record as the console consumer prints it."""
     sep = props.get("key.separator", "\t")
     null = props.get("null.literal", "null")
-    text = lambda b: null if b is None else b.decode("utf-8", errors="replace")  # noqa: E731
+    # surrogateescape: bytes that are not UTF-8 are written back out exactly, as Kafka's formatter does
+    text = lambda b: null if b is None else b.decode("utf-8", errors="surrogateescape")  # noqa: E731
     parts = []
     if _flag(props, "print.timestamp"):
         kind, ts = msg.timestamp()
@@ -188,7 +193,11 @@ def run_consume(args: argparse.Namespace) -> int:
                     raise ToolError(msg.error().str())
                 continue
             idle_since = time.monotonic()
-            sys.stdout.write(format_record(msg, props) + props.get("line.separator", "\n"))
+            line = format_record(msg, props) + props.get("line.separator", "\n")
+            if hasattr(sys.stdout, "buffer"):
+                sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape"))
+            else:
+                sys.stdout.write(line)
             sys.stdout.flush()
             count += 1
     except KeyboardInterrupt:
