@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -52,8 +53,24 @@ def _shot(driver, name):
 
 
 def _text(driver, css):
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else None
+    """The text of the first match, or None. The page re-renders every 2 s, so an element found
+    a moment ago may be gone: a stale element reads as not there yet (waits try again)."""
+    try:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        return found[0].text if found else None
+    except StaleElementReferenceException:
+        return None
+
+
+def _click(driver, css):
+    try:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        if found:
+            found[0].click()
+            return True
+    except StaleElementReferenceException:
+        pass
+    return False
 
 
 def test_groups_members_and_lag_live(broker, browser):
@@ -73,27 +90,26 @@ def test_groups_members_and_lag_live(broker, browser):
         assert seen == 40
         consumer.commit(asynchronous=False)
 
-        wait = WebDriverWait(browser, 20, poll_frequency=0.2)
+        wait = WebDriverWait(browser, 20, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,))
         browser.get(f"http://127.0.0.1:{broker.http_port}/")
-        row = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-group="dash-group"]'))[0]
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-group="dash-group"]'))
         wait.until(lambda d: _text(d, 'tr[data-group="dash-group"] .state') == "Stable")
-        assert _text(browser, 'tr[data-group="dash-group"] .members') == "1"
-        assert _text(browser, 'tr[data-group="dash-group"] .lag') == "0"
+        wait.until(lambda d: _text(d, 'tr[data-group="dash-group"] .members') == "1")
+        wait.until(lambda d: _text(d, 'tr[data-group="dash-group"] .lag') == "0")
 
         # The filters narrow the table and survive the refresh.
-        Select(browser.find_element(By.ID, "filter-type")).select_by_value("classic")
+        wait.until(lambda d: Select(d.find_element(By.ID, "filter-type")).select_by_value("classic") or True)
         wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-group="dash-group"]'))
-        Select(browser.find_element(By.ID, "filter-type")).select_by_value("consumer")
-        row = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-group="dash-group"]'))[0]
+        wait.until(lambda d: Select(d.find_element(By.ID, "filter-type")).select_by_value("consumer") or True)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-group="dash-group"]'))
         _shot(browser, "dashboard-groups.png")
 
-        row.click()
+        wait.until(lambda d: _click(d, 'tr[data-group="dash-group"]'))
         wait.until(lambda d: _text(d, "#group-title") == "dash-group")
-        member = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-member]"))[0]
-        assigned = member.find_element(By.CSS_SELECTOR, ".assigned").text
+        assigned = wait.until(lambda d: _text(d, "tr[data-member] .assigned"))
         assert assigned == "orders-0, orders-1, orders-2, orders-3"
-        assert member.find_element(By.CSS_SELECTOR, ".target").text == assigned
-        assert "dash-client" in member.text
+        assert wait.until(lambda d: _text(d, "tr[data-member] .target")) == assigned
+        assert "dash-client" in wait.until(lambda d: _text(d, "tr[data-member]"))
         assert browser.find_elements(By.CSS_SELECTOR, "#timeline circle")  # the epoch it joined at
 
         # Produce without consuming: the page's lag follows within a refresh.
@@ -101,12 +117,12 @@ def test_groups_members_and_lag_live(broker, browser):
             producer.produce("orders", b"more", partition=2)
         producer.flush(10)
         wait.until(lambda d: _text(d, 'tr[data-partition="orders-2"] .lag') == "7")
-        assert _text(browser, 'tr[data-partition="orders-0"] .lag') == "0"
+        wait.until(lambda d: _text(d, 'tr[data-partition="orders-0"] .lag') == "0")
         _shot(browser, "dashboard-group.png")
 
         browser.get(f"http://127.0.0.1:{broker.http_port}/#/topics")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-partition="orders-2"]'))
-        assert "17" in _text(browser, 'tr[data-partition="orders-2"]')  # 10 + 7 records
+        wait.until(lambda d: "17" in (_text(d, 'tr[data-partition="orders-2"]') or ""))  # 10 + 7 records
         _shot(browser, "dashboard-topics.png")
 
         browser.get(f"http://127.0.0.1:{broker.http_port}/#/group/no-such-group")
