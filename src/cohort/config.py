@@ -318,7 +318,10 @@ class Config(Mapping[str, Any]):
                 # Kafka's names are tolerated in a properties file, any name in a KAFKA_ variable
                 # (images pass every one on); COHORT_ variables and -o must name a setting of cohort's.
                 if where.startswith("KAFKA_"):
-                    setting = _lookup(name, where, unknown_ok=True) if _known(name) else None
+                    try:
+                        setting = _lookup(name, where, unknown_ok=True)
+                    except ConfigError:
+                        setting = None
                 else:
                     setting = _lookup(name, where, unknown_ok=where != "-o" and not where.startswith("COHORT_"))
                 if setting is None:
@@ -418,13 +421,6 @@ def _lookup(name: str, source: str | None = None, unknown_ok: bool = False) -> S
         where = f" (in {source})" if source else ""
         raise ConfigError(f"unknown setting {name!r}{where}; see docs/configuration.md")
     return setting
-
-
-def _known(name: str) -> bool:
-    try:
-        return _lookup(name, unknown_ok=True) is not None
-    except ConfigError:
-        return False
 
 
 def read_properties(text: str, source: str = "<properties>") -> list[tuple[str, str, int]]:
