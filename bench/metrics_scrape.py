@@ -3,9 +3,10 @@
 Prepares a data directory holding `--groups` KIP-848 groups (one member each, owning the `--partitions`
 partitions of one of `--topics` topics, with committed offsets behind a log of 100 records per
 partition), starts `cohort serve` on it with the HTTP listener on, waits until the coordinator has
-loaded, then scrapes /metrics `--scrapes` times twice: with the fleet idle (nothing changes
-between scrapes), and active (a record lands on every partition before each scrape, so every
-group's lag changes). Reports the broker's CPU time per scrape (from /proc, idle background
+loaded, then scrapes /metrics `--scrapes` times in each of three modes: idle (nothing changes
+between scrapes), active (a record lands on every partition before each scrape, so every group's
+lag changes) and committing (every group's member commits new offsets for its partitions before
+each scrape, as consumers with auto-commit do, so every group's offsets and lag change). Reports the broker's CPU time per scrape (from /proc, idle background
 subtracted, so neither the client's work nor the produce requests are counted), its share of one
 core at 60 s (Prometheus' default), 15 s and 5 s scrape intervals, the wall time of one scrape,
 and the size of the answer. The issue's target: < 1% at 10,000 groups.
@@ -88,6 +89,46 @@ def prepare(data_dir: str, groups: int, topics: int, partitions: int) -> None:
     broker.close()
 
 
+def commit_frames(groups: int, topics: int, partitions: int) -> list[list[bytes]]:
+    """Two rounds of OffsetCommit v9 requests, one per group from its member (epoch 1), with
+    different offsets, so that alternating them moves every committed offset."""
+    from kio.index import load_request_schema
+
+    from cohort.protocol.codec import encode_request
+    from cohort.protocol.entities import build, nested
+
+    req_cls = load_request_schema(8, 9)
+    topic_cls = nested(req_cls, "topics")
+    part_cls = nested(topic_cls, "partitions")
+    rounds = []
+    for shift in (1, 2):
+        frames = []
+        for g in range(groups):
+            parts = tuple(build(part_cls, partition_index=p, committed_offset=50 + p + shift, committed_leader_epoch=-1,
+                                committed_metadata="") for p in range(partitions))
+            body = build(req_cls, group_id=f"group-{g:05d}", generation_id_or_member_epoch=1,
+                         member_id=f"member-{g:05d}", group_instance_id=None, retention_time_ms=-1,
+                         topics=(build(topic_cls, name=f"topic-{g % topics:03d}", partitions=parts),))
+            frames.append(encode_request(8, 9, g, "bench", body))
+        rounds.append(frames)
+    return rounds
+
+
+def commit_all(port: int, frames: list[bytes]) -> None:
+    """Send the commits on one connection, 500 at a time, and read every answer (each after its fsync)."""
+    from cohort.server.testing import WireClient
+
+    with WireClient(port, timeout=60) as c:
+        for start in range(0, len(frames), 500):
+            batch = frames[start:start + 500]
+            c.send_raw(b"".join(batch))
+            for _ in batch:
+                _, resp = c.decode(8, 9, c.recv_frame())
+                err = int(resp.topics[0].partitions[0].error_code)
+                if err:
+                    raise SystemExit(f"OffsetCommit answered error {err}")
+
+
 def cpu_seconds(pid: int, part: str = "both") -> float:
     """User + system CPU time of a process (or just one of them)."""
     with open(f"/proc/{pid}/stat") as f:
@@ -130,14 +171,18 @@ def main() -> None:
         time.sleep(3)
         idle_rate = (cpu_seconds(srv.proc.pid) - idle0) / (time.monotonic() - t0)  # background work, per second
         producer = ck.Producer({"bootstrap.servers": srv.bootstrap, "linger.ms": 5, "log_level": 0})
-        for mode in ("idle", "active"):
+        commits = commit_frames(args.groups, args.topics, args.partitions)
+        for mode in ("idle", "active", "committing"):
             walls, busy, system = [], 0.0, 0.0
-            for _ in range(args.scrapes):
+            for n in range(args.scrapes):
                 if mode == "active":  # every partition moves: every group's lag lines are rebuilt
                     for t in range(args.topics):
                         for p in range(args.partitions):
                             producer.produce(f"topic-{t:03d}", b"y", partition=p)
                     producer.flush(30)
+                    time.sleep(0.3)
+                elif mode == "committing":  # every group's offsets move: every group is read again
+                    commit_all(srv.port, commits[n % 2])
                     time.sleep(0.3)
                 cpu0, sys0, t0 = cpu_seconds(srv.proc.pid), cpu_seconds(srv.proc.pid, "system"), time.monotonic()
                 s = time.perf_counter()

@@ -38,7 +38,14 @@ def test_every_valid_body_passes_and_ends_where_kio_ends(api_key, version):
             assert "overflow" in str(exc)
             reject()
         data = b"\x07" + buf.getvalue()  # not at offset 0, as in a frame
-        _, size = read(data, 1)  # kio answers the bytes it read
+        try:
+            _, size = read(data, 1)  # kio answers the bytes it read
+        except ValueError as exc:
+            # kio's reader refuses some durations its writer wrote: OffsetCommit v4 with
+            # retention_time=timedelta(days=208499982, seconds=64681, microseconds=984000) is written
+            # as 2**54 ms, and reading it back raises "timedelta milliseconds overflow"
+            assert "overflow" in str(exc)
+            reject()
         assert check(data, 1, len(data)) == 1 + size == len(data)
         with pytest.raises(CHECK_ERRORS):  # one byte short
             check(data[:-1], 1, len(data) - 1)

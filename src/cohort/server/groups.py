@@ -220,6 +220,7 @@ class GroupCoordinator:
         self.offload_min_members = server.config["group.coordinator.offload.min.members"]
         self.snapshots: SnapshotLagProvider | None = None
         self.timeline = overview.EpochTimeline()  # for the dashboard and the rebalance counters
+        self.changes = overview.ChangeFeed()  # which groups /metrics must read again
         self.assignor_seconds: dict[str, Histogram] = {}
         assignors = {}
         for name in self.config.consumer_assignors:
@@ -268,6 +269,7 @@ class GroupCoordinator:
             self.shard.on_loaded(now_ms())
             self._log_end = self.log.log.end_offset
             await self._refresh_snapshot(now_ms())
+            self.changes.everything()  # readers that subscribed before the replay read it all
             self.loaded = True
         log.info("group coordinator loaded %d records (%d skipped) in %.2f s; %d groups",
                  count, skipped, time.monotonic() - started, len(self.shard.state.groups))
@@ -278,10 +280,20 @@ class GroupCoordinator:
         self._refresh_metadata()
         return overview.group_views(self.shard, self._topic_name, only)
 
-    def group_lags(self) -> list[overview.GroupLag]:
-        """The cheap per-group summary /metrics renders (read on the event loop)."""
+    def group_lags(self, only: Any = None) -> list[overview.GroupLag]:
+        """The cheap per-group summary /metrics renders, of every group or of `only` (read on the event loop)."""
         self._refresh_metadata()
-        return overview.group_lags(self.shard, self._topic_name)
+        return overview.group_lags(self.shard, self._topic_name, only)
+
+    def group_ids(self) -> list[str]:
+        return overview.group_ids(self.shard)
+
+    def committed_offsets(self, group_ids: Any) -> list[Any]:
+        return overview.committed_offsets(self.shard, group_ids)
+
+    def live_classic(self) -> dict[str, tuple]:
+        """What changes in memory of each classic group with members (see `overview.live_classic`)."""
+        return overview.live_classic(self.shard)
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         try:
@@ -304,6 +316,7 @@ class GroupCoordinator:
 
     def topics_changed(self) -> None:
         self._metadata_stale = True  # applied before the next shard access (heartbeats refresh lazily)
+        self.changes.everything()  # topic names in /metrics labels
 
     def _refresh_metadata(self) -> None:
         if not self._metadata_stale:
@@ -389,10 +402,12 @@ class GroupCoordinator:
             log.error("coordinator log append failed: %s", exc)
             released = self.shard.revert(start)
             self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operation cancelled or fired
+            self.changes.everything()
             self._release(_lost(result.completions))
             self._release(released)
             raise AppendFailed(str(exc)) from None
         self.timeline.observe(records, now_ms())
+        self.changes.observe(records)
         entry = _Append(start, result.end_offset, asyncio.get_running_loop().create_future())
         self._inflight.append(entry)
         self._tail = entry
@@ -451,6 +466,7 @@ class GroupCoordinator:
             return
         released = self.shard.revert(self._inflight[0].start)
         self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operations cancelled or fired
+        self.changes.everything()
         for entry in self._inflight:
             entry.durable.set_result(False)
         self._inflight.clear()

@@ -82,9 +82,15 @@ class HttpListener:
 
     # --- endpoints ------------------------------------------------------------------------------
 
-    async def metrics(self, request: web.Request) -> web.Response:
-        body = await metrics.render(self.server, self.registry, self.fleet)
-        return web.Response(body=body, headers={"Content-Type": TEXT_FORMAT})
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        pieces = await metrics.render(self.server, self.registry, self.fleet)
+        response = web.StreamResponse(headers={"Content-Type": TEXT_FORMAT})
+        response.content_length = sum(map(len, pieces))
+        await response.prepare(request)
+        for piece in pieces:  # sent as they are: the families are kept from scrape to scrape
+            await response.write(piece)
+        await response.write_eof()
+        return response
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")  # answered on the broker's loop: the loop is alive

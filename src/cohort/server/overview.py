@@ -5,19 +5,21 @@ one pass (no awaits, so what they show is one consistent moment) and hold only p
 they can be rendered afterwards without touching the coordinator. They show the live state, which
 may be a few milliseconds ahead of what is durable; that is what an operator wants to watch.
 
-The runtime also feeds two things the state machines do not keep: each group's epoch timeline
-(from the records it appends) and assignor run times (by wrapping the assignors it hands the shard).
+The runtime also feeds three things the state machines do not keep: each group's epoch timeline
+and which groups changed (both from the records it appends), and assignor run times (by wrapping
+the assignors it hands the shard).
 """
 
 from __future__ import annotations
 
 import collections
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from cohort.coordinator.consumer_protocol import ConsumerProtocolError, decode_assignment
-from cohort.coordinator.records import ConsumerGroupMetadataKey, GroupMetadataKey
+from cohort.coordinator.records import ConsumerGroupMetadataKey, GroupMetadataKey, OffsetCommitKey
 from cohort.stats import Histogram
 
 TIMELINE_LENGTH = 64  # epoch changes kept per group
@@ -89,6 +91,66 @@ class EpochTimeline:
 
     def of(self, group_id: str) -> list[tuple[int, int]]:
         return list(self.by_group.get(group_id, ()))
+
+
+CHANGES_LIMIT = 1 << 18  # group ids a subscription holds before it says "everything" instead
+
+
+class ChangeSubscription:
+    """The groups whose records were written since the last `take`, for one reader."""
+
+    __slots__ = ("_groups", "_offsets", "_everything", "__weakref__")
+
+    def __init__(self) -> None:
+        self._groups: set[str] = set()  # any record but a committed offset
+        self._offsets: set[str] = set()  # committed offsets (set or removed)
+        self._everything = True  # a new reader has seen nothing yet
+
+    def take(self) -> tuple[set[str], set[str]] | None:
+        """(groups with any record other than an offset commit, groups with offset commits) since
+        the last call, or None when every group must be read again (the first call, a reverted
+        write, new topic metadata, or more changes than were kept)."""
+        if self._everything:
+            self._everything = False
+            self._groups, self._offsets = set(), set()
+            return None
+        taken = self._groups, self._offsets
+        self._groups, self._offsets = set(), set()
+        return taken
+
+
+class ChangeFeed:
+    """Which groups the coordinator's records touched, so /metrics re-reads only those.
+
+    Every state change of a consumer group and every committed offset is a record; the runtime
+    passes each write's records here. What records do not show (a classic group's rebalance in
+    memory) the reader checks itself (`live_classic`)."""
+
+    def __init__(self) -> None:
+        self._subscriptions: weakref.WeakSet[ChangeSubscription] = weakref.WeakSet()  # a reader gone is dropped
+
+    def subscribe(self) -> ChangeSubscription:
+        subscription = ChangeSubscription()
+        self._subscriptions.add(subscription)
+        return subscription
+
+    def observe(self, records: Iterable[Any]) -> None:
+        for subscription in self._subscriptions:
+            if subscription._everything:
+                continue
+            groups, offsets = subscription._groups, subscription._offsets
+            for record in records:
+                key = record[0]
+                (offsets if type(key) is OffsetCommitKey else groups).add(key.group_id)
+            if len(groups) + len(offsets) > CHANGES_LIMIT:
+                subscription._everything = True
+                subscription._groups, subscription._offsets = set(), set()
+
+    def everything(self) -> None:
+        """State moved in a way records do not describe (a revert, topic metadata)."""
+        for subscription in self._subscriptions:
+            subscription._everything = True
+            subscription._groups, subscription._offsets = set(), set()
 
 
 class TimedAssignor:
@@ -198,16 +260,27 @@ class GroupLag:
         return owners
 
 
-def group_lags(shard: Any, topic_name: Any) -> list[GroupLag]:
-    """Every group, sorted by id, in one cheap pass (the metrics scrape runs it at 10,000s of groups)."""
+def group_ids(shard: Any) -> list[str]:
+    """Every group the shard knows (consumer, classic, or with committed offsets only), sorted."""
+    state = shard.state
+    return sorted(state.groups.keys() | state.classic_groups.keys() | state.offsets.keys())
+
+
+def group_lags(shard: Any, topic_name: Any, only: Iterable[str] | None = None) -> list[GroupLag]:
+    """Every group sorted by id (or those of `only` that exist, in its order), in one cheap pass
+    (the metrics scrape runs it at 10,000s of groups)."""
     state = shard.state
     offsets = state.offsets
     no_offsets: dict = {}
     out = []
-    for gid in sorted(state.groups.keys() | state.classic_groups.keys() | offsets.keys()):
+    if only is None:
+        only = group_ids(shard)
+    for gid in only:
         classic = state.classic_groups.get(gid)
         group = state.groups.get(gid)
         committed = offsets.get(gid, no_offsets)
+        if group is None and classic is None and gid not in offsets:
+            continue
         if group is not None and (classic is None or not classic.members):
             members = group.members
             out.append(GroupLag(gid, "consumer", group.state().value, group.group_epoch, len(members), committed,
@@ -219,6 +292,20 @@ def group_lags(shard: Any, topic_name: Any) -> list[GroupLag]:
         else:
             out.append(GroupLag(gid, "classic", "Empty", 0, 0, committed, (), None, topic_name))
     return out
+
+
+def committed_offsets(shard: Any, group_ids: Iterable[str]) -> list[Any]:
+    """For each group, the shard's own map of (topic, partition) to OffsetCommitValue, or None
+    (read `.offset`; do not keep them past the event loop turn)."""
+    get = shard.state.offsets.get
+    return [get(gid) for gid in group_ids]
+
+
+def live_classic(shard: Any) -> dict[str, tuple]:
+    """Each classic group with members: what of it /metrics shows that changes in memory, without
+    a record, during a rebalance (generation, state, member ids)."""
+    return {gid: (g.generation_id, g.state, tuple(g.members))
+            for gid, g in shard.state.classic_groups.items() if g.members}
 
 
 def partition_views(broker: Any, include_internal: bool = False) -> list[PartitionView]:
