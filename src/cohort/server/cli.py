@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -85,6 +86,19 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+async def _freeze_after_load(server: object) -> None:
+    """Once the coordinator has replayed its log, move what is alive into the collector's
+    permanent generation. The replayed state is long-lived and mostly acyclic; left in the
+    oldest generation, every full collection walks all of it. Measured with 10,000 groups
+    committing (bench/metrics_scrape.py): full collections fell from about 270 ms to 45 ms.
+    Only this process does it: a library user's process is its own to tune."""
+    coordinator = getattr(server, "group_coordinator", None)
+    while coordinator is not None and not coordinator.loaded:
+        await asyncio.sleep(0.1)
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(config: Config) -> int:
     from cohort.server.server import Server
 
@@ -101,6 +115,7 @@ async def serve(config: Config) -> int:
         if server.http is not None:
             print(f"cohort: http on {server.http_address[0] or '*'}:{server.http.port}", flush=True)
         print(f"cohort: listening on {server.host}:{server.port}", flush=True)
+        server.spawn(_freeze_after_load(server))
         await stop.wait()
         logging.getLogger("cohort.server").info("shutting down")
     finally:
