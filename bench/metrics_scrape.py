@@ -6,10 +6,11 @@ partition), starts `cohort serve` on it with the HTTP listener on, waits until t
 loaded, then scrapes /metrics `--scrapes` times in each of three modes: idle (nothing changes
 between scrapes), active (a record lands on every partition before each scrape, so every group's
 lag changes) and committing (every group's member commits new offsets for its partitions before
-each scrape, as consumers with auto-commit do, so every group's offsets and lag change). Reports the broker's CPU time per scrape (from /proc, idle background
-subtracted, so neither the client's work nor the produce requests are counted), its share of one
-core at 60 s (Prometheus' default), 15 s and 5 s scrape intervals, the wall time of one scrape,
-and the size of the answer. The issue's target: < 1% at 10,000 groups.
+each scrape, as consumers with auto-commit do, so every group's offsets and lag change). Reports
+the broker's CPU time per scrape (from /proc, idle background subtracted, so neither the client's
+work nor the produce and commit requests are counted), its share of one core at 60 s
+(Prometheus' default), 15 s and 5 s scrape intervals, the wall time of one scrape, and the size
+of the answer. The issue's target: < 1% at 10,000 groups.
 
     .venv/bin/python bench/metrics_scrape.py [--groups 10000] [--scrapes 20]
 """

@@ -127,15 +127,22 @@ class ChangeFeed:
     memory) the reader checks itself (`live_classic`)."""
 
     def __init__(self) -> None:
-        self._subscriptions: weakref.WeakSet[ChangeSubscription] = weakref.WeakSet()  # a reader gone is dropped
+        # weak references, dropped when their reader is: a plain list costs a write with no
+        # reader one truth test (a WeakSet's iterator costs about 3.7 us, on every write)
+        self._subscriptions: list[weakref.ref] = []
 
     def subscribe(self) -> ChangeSubscription:
         subscription = ChangeSubscription()
-        self._subscriptions.add(subscription)
+        self._subscriptions.append(weakref.ref(subscription, self._subscriptions.remove))
         return subscription
 
+    def _live(self) -> list[ChangeSubscription]:
+        return [s for s in (ref() for ref in self._subscriptions) if s is not None]
+
     def observe(self, records: Iterable[Any]) -> None:
-        for subscription in self._subscriptions:
+        if not self._subscriptions:
+            return
+        for subscription in self._live():
             if subscription._everything:
                 continue
             groups, offsets = subscription._groups, subscription._offsets
@@ -148,7 +155,7 @@ class ChangeFeed:
 
     def everything(self) -> None:
         """State moved in a way records do not describe (a revert, topic metadata)."""
-        for subscription in self._subscriptions:
+        for subscription in self._live():
             subscription._everything = True
             subscription._groups, subscription._offsets = set(), set()
 

@@ -327,6 +327,8 @@ class FleetRenderer:
             found = coordinator.group_lags(only=chunk)  # read and rendered within one loop turn
             for g in found:
                 self._rebuild(g, ends)
+            if found:
+                self._stale.update(range(len(_GROUP_FAMILIES)))
             if len(found) != len(chunk):
                 gone.update(set(chunk) - {g.group_id for g in found})
             await asyncio.sleep(0)
@@ -369,7 +371,8 @@ class FleetRenderer:
         return whole
 
     def _rebuild(self, g: Any, ends: list) -> None:
-        """Every line of one group, from the coordinator's view of it now."""
+        """Every line of one group, from the coordinator's view of it now (the caller marks the
+        families stale)."""
         gid = g.group_id
         lines = self._groups.get(gid)
         if lines is None:
@@ -402,7 +405,6 @@ class FleetRenderer:
         lines.lines[_MEMBERS] = f'cohort_group_members{{group="{eid}",type="{g.type}"}} {g.members}\n'.encode()
         lines.lines[_EPOCH] = f'cohort_group_epoch{{group="{eid}",type="{g.type}"}} {g.epoch}\n'.encode()
         self._lag_values(lines, ends)
-        self._stale.update(range(len(_GROUP_FAMILIES)))
 
     def _labels(self, lines: _GroupLines, g: Any, partitions: tuple) -> None:
         """The label text of each committed partition (with the member holding it) and of the group."""
