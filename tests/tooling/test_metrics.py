@@ -51,10 +51,16 @@ def test_kept_lines_match_a_fresh_render_after_every_change(srv):
     coordinator.group_lags = counting
 
     def check(step: str) -> str:
-        reads.clear()
-        ours = b"".join(srv.run(kept.exposition(srv.server))).decode()
-        read_by_kept = list(reads)
-        fresh = b"".join(srv.run(FleetRenderer().exposition(srv.server))).decode()
+        # The two renders run one after the other while clients keep going (a rebalance may move
+        # between them); a change the kept renderer missed stays missed, so it is asked again,
+        # and must agree with a fresh one by the third time.
+        for _ in range(3):
+            reads.clear()
+            ours = b"".join(srv.run(kept.exposition(srv.server))).decode()
+            read_by_kept = list(reads)
+            fresh = b"".join(srv.run(FleetRenderer().exposition(srv.server))).decode()
+            if ours == fresh:
+                break
         assert ours == fresh, step
         reads[:] = read_by_kept
         return ours
