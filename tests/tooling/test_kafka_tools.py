@@ -3,6 +3,7 @@ each command in its own process, its output and exit status checked against what
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -13,8 +14,10 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.index import load_request_schema
 
-from cohort.server.testing import ServerProcess
+from cohort.protocol.entities import build, nested
+from cohort.server.testing import ServerProcess, WireClient
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +160,42 @@ def test_list_and_describe_a_live_group(broker, live_group):
     assert ("Assignments can only be reset if the group 'ops' is inactive, but the current state is Stable."
             in refused.stderr)
     assert committed(broker, "ops") == {("ops-t", 0): 4, ("ops-t", 1): 10}
+
+
+def _join(c, member, epoch, topics=None, owned=None):
+    """One ConsumerGroupHeartbeat v1 of group `rec` (kio entities over a raw socket: no client acks for us)."""
+    schema = load_request_schema(68, 1)
+    parts = None if owned is None else tuple(
+        build(nested(schema, "topic_partitions"), topic_id=t, partitions=tuple(ps)) for t, ps in owned.items())
+    return c.request(68, 1, build(schema, group_id="rec", member_id=member, member_epoch=epoch, instance_id=None,
+                                  rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+                                  subscribed_topic_names=topics, subscribed_topic_regex=None, server_assignor=None,
+                                  topic_partitions=parts))
+
+
+def test_kip848_states_that_librdkafka_cannot_name_are_shown_as_kafka_names_them(broker):
+    assert cohort(broker, "topics", "create", "--topic", "rec-t", "--partitions", "4").returncode == 0
+    with WireClient(broker.port) as c:
+        first = _join(c, "a" * 22, 0, topics=("rec-t",), owned={})
+        assert first.error_code == 0
+        owned = {tp.topic_id: tuple(tp.partitions) for tp in first.assignment.topic_partitions}
+        assert sum(map(len, owned.values())) == 4
+        assert _join(c, "a" * 22, first.member_epoch, owned=owned).error_code == 0
+        # A second member joins: "a" must give up two partitions and has not yet, so the group reconciles.
+        assert _join(c, "b" * 22, 0, topics=("rec-t",), owned={}).error_code == 0
+
+        listed = cohort(broker, "groups", "list", "--state").stdout.splitlines()
+        assert ["rec", "Reconciling"] in [line.split() for line in listed]
+        only = cohort(broker, "groups", "list", "--state", "Reconciling", "--output", "json")
+        assert json.loads(only.stdout) == [{"group": "rec", "type": "consumer", "state": "Reconciling"}]
+        assert "rec" not in cohort(broker, "groups", "list", "--state", "Stable,Assigning").stdout.split()
+        state = cohort(broker, "groups", "describe", "--group", "rec", "--state").stdout.splitlines()
+        assert state[1].split()[-2:] == ["Reconciling", "2"]
+        refused = cohort(broker, "groups", "reset-offsets", "--group", "rec", "--all-topics", "--to-earliest",
+                         "--execute")
+        assert "inactive, but the current state is Reconciling." in refused.stderr
+        for member in ("a" * 22, "b" * 22):
+            assert _join(c, member, -1).error_code == 0  # leaves
 
 
 def _new_offsets(result):

@@ -16,8 +16,9 @@ balances; a partition without a commit counts by the group's `consumer.offset.re
 group's imbalance. `--members --verbose` shows each member's current and target assignment.
 Offsets are reset only while a group has no members, as Kafka requires.
 
-They are ordinary admin clients (confluent-kafka; OffsetDelete through kafka-python, since
-librdkafka has no OffsetDelete), so they work against any Kafka-compatible cluster.
+They are ordinary admin clients (confluent-kafka; through kafka-python the two things librdkafka
+cannot do: OffsetDelete, and naming the Assigning and Reconciling states), so they work against any
+Kafka-compatible cluster.
 """
 
 from __future__ import annotations
@@ -120,15 +121,37 @@ def render(view: GroupView, with_lag: bool) -> str:
 
 # --- reading a group ---------------------------------------------------------------------------
 
+# Kafka's spelling of each group state -> librdkafka's name for it (None: librdkafka has none and
+# reports the state as UNKNOWN, so it is read from ListGroups through kafka-python instead).
 STATES = {"Stable": "STABLE", "Empty": "EMPTY", "PreparingRebalance": "PREPARING_REBALANCING",
-          "CompletingRebalance": "COMPLETING_REBALANCING", "Dead": "DEAD"}
+          "CompletingRebalance": "COMPLETING_REBALANCING", "Assigning": None, "Reconciling": None, "Dead": "DEAD"}
 TYPES = ("consumer", "classic")
 
 
 def state_name(state: Any) -> str:
-    """Kafka's spelling of a group state (librdkafka reports Assigning and Reconciling as Unknown)."""
+    """Kafka's spelling of a librdkafka group state; "Unknown" for Assigning and Reconciling."""
     name = getattr(state, "name", str(state))
     return next((k for k, v in STATES.items() if v == name), "Unknown")
+
+
+def broker_states(args: argparse.Namespace) -> dict[str, str]:
+    """group id -> its state as the coordinators spell it (ListGroups v4+, through kafka-python)."""
+    admin = _kafka_python_admin(args)
+    try:
+        return {g["group_id"]: g.get("group_state") or "Unknown" for g in admin.list_groups()}
+    except Exception as exc:  # kafka-python raises its KafkaError subclasses and ValueError alike
+        raise ToolError(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        admin.close()
+
+
+def states_of(args: argparse.Namespace, listed: Mapping[str, Any]) -> dict[str, str]:
+    """Kafka's name for each group's state; asks the coordinators only when librdkafka could not name one."""
+    states = {gid: state_name(g.state) for gid, g in listed.items()}
+    if "Unknown" in states.values():
+        named = broker_states(args)
+        states = {gid: named.get(gid, s) if s == "Unknown" else s for gid, s in states.items()}
+    return states
 
 
 def _tps(assignment: Any) -> tuple[tuple[str, int], ...]:
@@ -167,8 +190,8 @@ def log_offsets(admin: Any, tps: Sequence[tuple[str, int]], spec: Any, timeout: 
     return {(tp.topic, tp.partition): wait(admin, fut, timeout).offset for tp, fut in futures.items()}
 
 
-def fetch(admin: Any, group_id: str, timeout: float, desc: Any = None) -> GroupView:
-    """Everything the describe views show about one group."""
+def fetch(admin: Any, group_id: str, timeout: float, desc: Any = None, state: str | None = None) -> GroupView:
+    """Everything the describe views show about one group (`state` as `states_of` names it)."""
     from confluent_kafka.admin import OffsetSpec
 
     desc = desc or describe(admin, [group_id], timeout)[group_id]
@@ -179,7 +202,7 @@ def fetch(admin: Any, group_id: str, timeout: float, desc: Any = None) -> GroupV
     wanted = sorted({tp for m in members for tp in m.partitions} | committed.keys())
     ends = log_offsets(admin, wanted, OffsetSpec.latest(), timeout)
     starts = log_offsets(admin, wanted, OffsetSpec.earliest(), timeout)
-    return GroupView(group_id, state_name(desc.state), desc.partition_assignor or "", members, committed, ends, starts,
+    return GroupView(group_id, state or state_name(desc.state), desc.partition_assignor or "", members, committed, ends, starts,
                      _offset_reset(admin, group_id, timeout) == "earliest")
 
 
@@ -236,7 +259,7 @@ def run_list(args: argparse.Namespace) -> int:
     types = _parse_filter(args.type, TYPES, "type")
     admin = client.admin(args)
     kwargs: dict[str, Any] = {"request_timeout": args.timeout}
-    if states:
+    if states and all(STATES[s] for s in states):  # else every group is listed and filtered below
         kwargs["states"] = {getattr(ConsumerGroupState, STATES[s]) for s in states}
     if types:
         kwargs["types"] = {getattr(ConsumerGroupType, t.upper()) for t in types}
@@ -244,6 +267,10 @@ def run_list(args: argparse.Namespace) -> int:
     if listed.errors:
         raise ToolError(client.message(listed.errors[0]))
     groups = sorted(listed.valid, key=lambda g: g.group_id)
+    shown = args.state is not None or args.output == "json"
+    state = states_of(args, {g.group_id: g for g in groups}) if shown else {}
+    if states:
+        groups = [g for g in groups if state[g.group_id] in states]
     columns = ["GROUP"] + (["TYPE"] if args.type is not None else []) + (["STATE"] if args.state is not None else [])
     rows = []
     for g in groups:
@@ -251,11 +278,11 @@ def run_list(args: argparse.Namespace) -> int:
         if args.type is not None:
             row.append(getattr(g.type, "name", str(g.type)).capitalize())
         if args.state is not None:
-            row.append(state_name(g.state))
+            row.append(state[g.group_id])
         rows.append(row)
     if args.output == "json":
         emit(args, columns, rows, [{"group": g.group_id, "type": getattr(g.type, "name", "").lower(),
-                                    "state": state_name(g.state)} for g in groups])
+                                    "state": state[g.group_id]} for g in groups])
     elif args.type is None and args.state is None:
         for g in groups:
             print(g.group_id)
@@ -318,19 +345,20 @@ def run_describe(args: argparse.Namespace) -> int:
     admin = client.admin(args)
     ids = _group_ids(args, admin)
     descriptions = describe(admin, ids, args.timeout)
+    states = states_of(args, descriptions)
     out_json = []
     for gid in ids:
         desc = descriptions[gid]
         if args.view == "state":
             coordinator = f"{desc.coordinator.host}:{desc.coordinator.port} ({desc.coordinator.id})"
-            row = [gid, coordinator, desc.partition_assignor or "", state_name(desc.state), str(len(desc.members))]
+            row = [gid, coordinator, desc.partition_assignor or "", states[gid], str(len(desc.members))]
             if args.output == "json":
                 out_json.append({"group": gid, "coordinator": coordinator, "assignment_strategy": row[2],
                                  "state": row[3], "members": len(desc.members)})
             else:
                 print(table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [row]))
             continue
-        view = fetch(admin, gid, args.timeout, desc)
+        view = fetch(admin, gid, args.timeout, desc, states[gid])
         if args.output == "json":
             out_json.append(_view_json(view, desc))
             continue
@@ -498,10 +526,11 @@ def run_reset(args: argparse.Namespace) -> int:
     ids = _group_ids(args, admin)
     plan = _read_plan(args.from_file, ids) if args.from_file else None
     descriptions = describe(admin, ids, args.timeout)
+    states = states_of(args, descriptions)
     results: dict[str, dict[tuple[str, int], int]] = {}
     refused = False
     for gid in ids:
-        state = state_name(descriptions[gid].state)
+        state = states[gid]
         if descriptions[gid].members or state not in ("Empty", "Dead"):
             print(f"Error: Assignments can only be reset if the group '{gid}' is inactive, but the current state is "
                   f"{state}.", file=sys.stderr)
@@ -580,16 +609,28 @@ def _kafka_python_config(conf: dict[str, Any]) -> dict[str, Any]:
         if key in names:
             out[names[key]] = value
         elif key not in ("logger", "socket.timeout.ms"):
-            raise UsageError(f"delete-offsets: client setting {key!r} is not supported (it uses kafka-python)")
+            raise UsageError(f"client setting {key!r} is not supported by kafka-python, which this command also uses")
     return out
+
+
+def _kafka_python_admin(args: argparse.Namespace) -> Any:
+    """kafka-python's admin client, for the requests librdkafka cannot make (its log lines stay quiet)."""
+    import logging
+
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    logging.getLogger("kafka").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
+    try:
+        return KafkaAdminClient(**_kafka_python_config(client.client_config(args)),
+                                request_timeout_ms=int(args.timeout * 1000))
+    except KafkaError as exc:
+        raise ToolError(str(exc)) from None
 
 
 @reported("groups delete-offsets")
 def run_delete_offsets(args: argparse.Namespace) -> int:
     """OffsetDelete: librdkafka has no such admin call, kafka-python has."""
-    import logging
-
-    from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
     from kafka.structs import TopicPartition
 
@@ -601,12 +642,7 @@ def run_delete_offsets(args: argparse.Namespace) -> int:
     confluent = client.admin(args)
     describe(confluent, [gid], args.timeout)  # "does not exist", as Kafka says it
     tps = [TopicPartition(t, p) for t, p in named_partitions(confluent, args.topic, args.timeout)]
-    logging.getLogger("kafka").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
-    try:
-        admin = KafkaAdminClient(**_kafka_python_config(client.client_config(args)),
-                                 request_timeout_ms=int(args.timeout * 1000))
-    except KafkaError as exc:
-        raise ToolError(str(exc)) from None
+    admin = _kafka_python_admin(args)
     try:
         result = admin.delete_group_offsets(gid, tps)
     except KafkaError as exc:
