@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import functions as F
 
 from cohort.pipeline import layout
@@ -79,7 +81,7 @@ def test_group_samples_are_the_flat_tables_grouped(spark, fleet):
     assert [first["members"][o] for o in first["owners"]] == [r["member_id"] for r in rows]
 
 
-def test_progress_lines_name_the_step_and_the_tasks(spark, tmp_path, capsys, monkeypatch):
+def test_progress_lines_name_the_step_the_rows_and_the_tasks(spark, tmp_path, capsys, monkeypatch):
     from cohort.pipeline import session
     from cohort.pipeline.fleet import FleetParams
     from cohort.pipeline.simulate import write_fleet
@@ -93,5 +95,7 @@ def test_progress_lines_name_the_step_and_the_tasks(spark, tmp_path, capsys, mon
     lines = [line for line in capsys.readouterr().err.splitlines() if ": progress: " in line]
     assert lines and all(line.startswith("cohort pipeline simulate: progress: ") for line in lines)
     assert any("writing the partitions table" in line for line in lines)
-    assert any("tasks done" in line and "tasks/s" in line for line in lines)
+    assert any("tasks done" in line and "rows/s read" in line for line in lines)
+    read = [int(n.replace(",", "")) for line in lines for n in re.findall(r"([\d,]+) rows read", line)]
+    assert read and max(read) > 0  # rows counted as tasks finish, not only tasks
     assert session._current is None  # a stopped reporter no longer takes steps

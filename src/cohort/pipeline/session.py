@@ -178,9 +178,10 @@ def step(text: str) -> None:
 
 
 class Progress:
-    """Prints, every PROGRESS_EVERY_S while a job runs, the stages Spark is running: their
-    tasks done of all, the task rate since the previous line, and the time since the start.
-    Short jobs print nothing; lines start with "LABEL: progress:" so scripts can drop them."""
+    """Prints, every PROGRESS_EVERY_S while a job runs, what it does: the step, the rows the
+    running stages have read and written, the rate since the previous line, their tasks done of all,
+    and the time since the start. Short jobs print nothing; lines start with "LABEL: progress:" so
+    scripts can drop them."""
 
     def __init__(self, session, label: str) -> None:
         import threading
@@ -188,14 +189,51 @@ class Progress:
 
         global _current
         self._tracker = session.sparkContext.statusTracker()
+        # Row counts are only in the JVM's status store (what the web UI reads); PySpark's status
+        # tracker has task counts alone. Without a JVM handle (Spark Connect) the lines count tasks.
+        jsc = getattr(session.sparkContext, "_jsc", None)
+        self._store = jsc.sc().statusStore() if jsc is not None else None
         self._label = label
         self.step = "starting"
         _current = self
         self._started = time.monotonic()
-        self._done_before = 0
+        self._before = (0, 0, 0)  # (tasks done, rows read, rows written) of the stages running at the previous line
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cohort-pipeline-progress", daemon=True)
         self._thread.start()
+
+    def _stages(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(stage id, tasks done, tasks, tasks running, rows read, rows written) per running stage."""
+        if self._store is not None:
+            out, it = [], self._store.activeStages().iterator()
+            while it.hasNext():
+                st = it.next()
+                out.append((st.stageId(), st.numCompleteTasks(), st.numTasks(), st.numActiveTasks(),
+                            st.inputRecords() + st.shuffleReadRecords(), st.outputRecords() + st.shuffleWriteRecords()))
+            return sorted(out)
+        stages = [self._tracker.getStageInfo(i) for i in self._tracker.getActiveStageIds()]
+        return [(st.stageId, st.numCompletedTasks, st.numTasks, st.numActiveTasks, -1, -1)
+                for st in stages if st is not None]
+
+    def line(self, stages: list[tuple[int, int, int, int, int, int]], seconds: float, elapsed: float) -> str:
+        """One progress line; the rates are over `seconds` since the previous line."""
+        done = sum(s[1] for s in stages)
+        read, written = sum(max(s[4], 0) for s in stages), sum(max(s[5], 0) for s in stages)
+        before_done, before_read, before_written = self._before
+        self._before = (done, read, written)
+        text = f"{self._label}: progress: {self.step}"
+        if stages:
+            parts = []
+            for sid, complete, total, running, rows_in, rows_out in stages:
+                counts = f", {rows_in:,} rows read, {rows_out:,} written" if rows_in >= 0 else ""
+                parts.append(f"stage {sid}: {complete}/{total} tasks done, {running} running{counts}")
+            if stages[0][4] >= 0:  # a stage that ended since the previous line takes its rows along: rates >= 0
+                rate = (f"{max(read - before_read, 0) / seconds:,.0f} rows/s read, "
+                        f"{max(written - before_written, 0) / seconds:,.0f} written")
+            else:
+                rate = f"{max(done - before_done, 0) / seconds:.1f} tasks/s"
+            text += f" ({'; '.join(parts)}; {rate})"
+        return text + f"; {elapsed:.0f} s elapsed"
 
     def _run(self) -> None:
         import time
@@ -203,18 +241,12 @@ class Progress:
         last = time.monotonic()
         while not self._stop.wait(PROGRESS_EVERY_S):
             try:
-                stages = [self._tracker.getStageInfo(i) for i in self._tracker.getActiveStageIds()]
+                stages = self._stages()
             except Exception:  # noqa: BLE001 - the session is stopping
                 return
-            stages = [st for st in stages if st is not None]
             now = time.monotonic()
-            done = sum(st.numCompletedTasks for st in stages)
-            rate = max(done - self._done_before, 0) / (now - last) if done >= self._done_before else 0.0
-            self._done_before, last = done, now
-            tasks = ", ".join(f"stage {st.stageId}: {st.numCompletedTasks}/{st.numTasks} tasks done, "
-                              f"{st.numActiveTasks} running" for st in stages)
-            print(f"{self._label}: progress: {self.step}" + (f" ({tasks}; {rate:.1f} tasks/s)" if tasks else "")
-                  + f"; {now - self._started:.0f} s elapsed", file=sys.stderr, flush=True)
+            print(self.line(stages, max(now - last, 1e-9), now - self._started), file=sys.stderr, flush=True)
+            last = now
 
     def stop(self) -> None:
         global _current
