@@ -32,15 +32,13 @@ before the next one. Streak and decision time are soft state, rebuilt empty on l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cohort.coordinator.consumer_group import ConsumerGroup, GroupState
+from cohort.coordinator.context import GroupContext
 from cohort.coordinator.lag import imbalance, member_loads
 from cohort.coordinator.records import ConsumerGroupMetadataKey, ConsumerGroupMetadataValue
-from cohort.coordinator.target import GroupTopicDescriber, compute_target
+from cohort.coordinator.target import GroupTopicDescriber, assignor_name, compute_target, write_target
 
-if TYPE_CHECKING:
-    from cohort.coordinator.shard import GroupCoordinatorShard
 
 LAG_ASSIGNOR = "lag"
 LAG_EVALUATION_PREFIX = "lag-evaluation-"
@@ -60,38 +58,38 @@ class LagBalanceState:
     rebalances: int = 0  # lag-driven epoch bumps since load
 
 
-def uses_lag(shard: "GroupCoordinatorShard", group: ConsumerGroup) -> bool:
+def uses_lag(ctx: GroupContext, group: ConsumerGroup) -> bool:
     """Whether the group has members and its chosen assignor is `lag` (so it is evaluated)."""
-    return bool(group.members) and shard.assignor_name(group) == LAG_ASSIGNOR
+    return bool(group.members) and assignor_name(ctx, group) == LAG_ASSIGNOR
 
 
-def schedule(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
+def schedule(ctx: GroupContext, group_id: str, now: int) -> None:
     """The group's next evaluation one interval from `now` (replacing a pending one)."""
-    shard.timers.schedule(evaluation_key(group_id), now + shard.config.lag_rebalance_interval_ms, ("lag", group_id))
+    ctx.timers.schedule(evaluation_key(group_id), now + ctx.config.lag_rebalance_interval_ms, ("lag", group_id))
 
 
-def arm(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
+def arm(ctx: GroupContext, group_id: str, now: int) -> None:
     """Schedule the group's first evaluation unless one is pending."""
-    if evaluation_key(group_id) not in shard.timers:
-        schedule(shard, group_id, now)
+    if evaluation_key(group_id) not in ctx.timers:
+        schedule(ctx, group_id, now)
 
 
-def evaluate(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
-    """One evaluation (the timer's expiry); records go through `shard._emit` as any write."""
-    group = shard.state.groups.get(group_id)
-    if group is None or not uses_lag(shard, group):
-        shard.lag_balance.pop(group_id, None)
+def evaluate(ctx: GroupContext, group_id: str, now: int) -> None:
+    """One evaluation (the timer's expiry); records go through `ctx.append` as any write."""
+    group = ctx.state.groups.get(group_id)
+    if group is None or not uses_lag(ctx, group):
+        ctx.lag_balance.pop(group_id, None)
         return
-    config = shard.config
-    schedule(shard, group_id, now)
-    state = shard.lag_balance.get(group_id)
+    config = ctx.config
+    schedule(ctx, group_id, now)
+    state = ctx.lag_balance.get(group_id)
     if state is None:
-        state = shard.lag_balance[group_id] = LagBalanceState()
+        state = ctx.lag_balance[group_id] = LagBalanceState()
     if group.state() is not GroupState.STABLE:
         state.streak = 0
         return
-    describer = GroupTopicDescriber(shard.image, group_id, shard.lag_provider)
-    by_name = shard.image.by_name
+    describer = GroupTopicDescriber(ctx.image, group_id, ctx.lag_provider)
+    by_name = ctx.image.by_name
     topic_ids = [by_name[n].topic_id for n in group.subscribed_topic_names() if n in by_name]
     lags = {t: describer.partition_lags(t) for t in topic_ids}
     loads = member_loads({m: group.target_assignment.get(m, {}) for m in group.members}, lags)
@@ -106,17 +104,17 @@ def evaluate(shard: "GroupCoordinatorShard", group_id: str, now: int) -> None:
         return
     state.streak = 0
     state.last_decision = now
-    if _rebalance(shard, group, describer):
+    if _rebalance(ctx, group, describer):
         state.rebalances += 1
 
 
-def _rebalance(shard: "GroupCoordinatorShard", group: ConsumerGroup, describer: GroupTopicDescriber) -> bool:
+def _rebalance(ctx: GroupContext, group: ConsumerGroup, describer: GroupTopicDescriber) -> bool:
     """Run the lag assignor on the current target; bump the epoch and write the target if it moves anything."""
     gid, epoch = group.group_id, group.group_epoch + 1
-    changed = compute_target(group, shard.image, shard.assignor(LAG_ASSIGNOR), epoch, describer=describer)
+    changed = compute_target(group, ctx.image, ctx.assignor(LAG_ASSIGNOR), epoch, describer=describer)
     if not changed:
         return False
-    metadata_hash = shard.image.subscription_hash(group.subscribed_topic_names())
-    shard._emit(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(epoch, metadata_hash))
-    shard._write_target(gid, epoch, changed)
+    metadata_hash = ctx.image.subscription_hash(group.subscribed_topic_names())
+    ctx.append(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(epoch, metadata_hash))
+    write_target(ctx, gid, epoch, changed)
     return True

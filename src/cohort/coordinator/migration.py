@@ -23,9 +23,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from cohort.coordinator import classic
+from cohort.coordinator import classic, consumer
 from cohort.coordinator.classic_group import ClassicGroup
 from cohort.coordinator.consumer_group import ConsumerGroup, ConsumerGroupMember, assignment_from
 from cohort.coordinator.consumer_protocol import (
@@ -36,6 +34,8 @@ from cohort.coordinator.consumer_protocol import (
     decode_subscription,
     encode_assignment,
 )
+from cohort.coordinator.consumer import member_join_key, member_sync_key
+from cohort.coordinator.context import GroupContext
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.static_members import check_instance_owner
 from cohort.coordinator.records import (
@@ -71,22 +71,12 @@ from cohort.coordinator.requests import (
     SyncGroupResponse,
 )
 
-if TYPE_CHECKING:
-    from cohort.coordinator.shard import GroupCoordinatorShard
 
 
-def member_join_key(group_id: str, member_id: str) -> str:
-    return f"join-{group_id}-{member_id}"
-
-
-def member_sync_key(group_id: str, member_id: str) -> str:
-    return f"sync-{group_id}-{member_id}"
-
-
-def _names_to_ids(shard: "GroupCoordinatorShard", partitions) -> Assignment:
+def _names_to_ids(ctx: GroupContext, partitions) -> Assignment:
     """ConsumerProtocol (topic name, partitions) pairs as an assignment by topic id; topics the
     metadata image does not know are dropped."""
-    by_name = shard.image.by_name
+    by_name = ctx.image.by_name
     out: dict = {}
     for name, parts in partitions:
         topic = by_name.get(name)
@@ -95,21 +85,32 @@ def _names_to_ids(shard: "GroupCoordinatorShard", partitions) -> Assignment:
     return assignment_from(out)
 
 
-def _ids_to_names(shard: "GroupCoordinatorShard", assignment: Assignment) -> tuple:
-    by_id = shard.image.by_id
+def _ids_to_names(ctx: GroupContext, assignment: Assignment) -> tuple:
+    by_id = ctx.image.by_id
     return tuple(sorted((by_id[t].name, tuple(ps)) for t, ps in assignment.items() if t in by_id))
 
 
-def encoded_assignment(shard: "GroupCoordinatorShard", assignment: Assignment) -> bytes:
-    return encode_assignment(ProtocolAssignment(_ids_to_names(shard, assignment)))
+def encoded_assignment(ctx: GroupContext, assignment: Assignment) -> bytes:
+    return encode_assignment(ProtocolAssignment(_ids_to_names(ctx, assignment)))
 
 
 # ====================================================================== upgrade
 
 
-def upgrade(shard: "GroupCoordinatorShard", group: ClassicGroup, now: int) -> ConsumerGroup:
+def consumer_member_joins(ctx: GroupContext, group: ClassicGroup, now: int) -> None:
+    """A consumer-protocol member joins where a classic group lives: an empty one gives way, a
+    non-empty one is upgraded in place."""
+    if group.members:
+        upgrade(ctx, group, now)
+        return
+    if group.persisted is not None:
+        ctx.append(GroupMetadataKey(group.group_id), None)
+    ctx.state.classic_groups.pop(group.group_id, None)
+
+
+def upgrade(ctx: GroupContext, group: ClassicGroup, now: int) -> ConsumerGroup:
     """Convert a non-empty classic group into a consumer group (see the module docstring)."""
-    gid, cfg = group.group_id, shard.config
+    gid, cfg = group.group_id, ctx.config
 
     def refuse(reason: str) -> CoordinatorError:
         return CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to a consumer group: "
@@ -130,51 +131,61 @@ def upgrade(shard: "GroupCoordinatorShard", group: ClassicGroup, now: int) -> Co
             owned = decode_assignment(m.assignment).partitions if m.assignment else ()
         except ConsumerProtocolError as exc:
             raise refuse(f"member {m.member_id} has an undecodable subscription or assignment ({exc})") from None
-        assignment = _names_to_ids(shard, owned)
+        assignment = _names_to_ids(ctx, owned)
         for topic_id, parts in assignment.items():
             for p in parts:
                 if owners.setdefault((topic_id, p), m.member_id) != m.member_id:
                     raise refuse(f"partition {p} of {topic_id} is assigned to two members")
         converted.append((m, subscription, assignment))
 
-    shard._completions.extend(classic.release_parked(group, Errors.REBALANCE_IN_PROGRESS))
+    ctx.complete_all(classic.release_parked(group, Errors.REBALANCE_IN_PROGRESS))
     stale = [classic.join_key(gid), classic.sync_key(gid)] + [classic.heartbeat_key(gid, m) for m in group.members]
-    shard._deferred.append(lambda: [shard.timers.cancel(key) for key in stale])
+    ctx.after(lambda: [ctx.timers.cancel(key) for key in stale])
     epoch = group.generation_id
-    shard._emit(GroupMetadataKey(gid), None)
+    ctx.append(GroupMetadataKey(gid), None)
     for m, subscription, _ in converted:
-        shard._emit(ConsumerGroupMemberMetadataKey(gid, m.member_id), ConsumerGroupMemberMetadataValue(
+        ctx.append(ConsumerGroupMemberMetadataKey(gid, m.member_id), ConsumerGroupMemberMetadataValue(
             m.instance_id, subscription.rack_id, m.client_id, m.client_host, tuple(sorted(set(subscription.topics))),
             None, m.rebalance_timeout_ms, None, ClassicMemberMetadata(m.session_timeout_ms, m.protocols)))
-    consumer = shard.state.groups[gid]
-    shard._emit(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(
-        epoch, shard.image.subscription_hash(consumer.subscribed_topic_names())))
+    upgraded = ctx.state.groups[gid]
+    ctx.append(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(
+        epoch, ctx.image.subscription_hash(upgraded.subscribed_topic_names())))
     for m, _, assignment in converted:
-        shard._emit(ConsumerGroupTargetAssignmentMemberKey(gid, m.member_id),
+        ctx.append(ConsumerGroupTargetAssignmentMemberKey(gid, m.member_id),
                     ConsumerGroupTargetAssignmentMemberValue(assignment))
-    shard._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
+    ctx.append(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
     for m, _, assignment in converted:
-        shard._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, m.member_id), ConsumerGroupCurrentMemberAssignmentValue(
+        ctx.append(ConsumerGroupCurrentMemberAssignmentKey(gid, m.member_id), ConsumerGroupCurrentMemberAssignmentValue(
             epoch, epoch, MemberState.STABLE, assignment, EMPTY_ASSIGNMENT))
         mid, session = m.member_id, m.session_timeout_ms
-        shard._deferred.append(lambda mid=mid, session=session: shard._schedule_session(gid, mid, now, session))
-    consumer = shard.state.groups[gid]
-    consumer.refresh_metadata = False
-    return consumer
+        ctx.after(lambda mid=mid, session=session: consumer.schedule_session(ctx, gid, mid, now, session))
+    upgraded = ctx.state.groups[gid]
+    upgraded.refresh_metadata = False
+    return upgraded
 
 
 # ====================================================================== downgrade
 
 
-def should_downgrade(shard: "GroupCoordinatorShard", group: ConsumerGroup, leaving: ConsumerGroupMember) -> bool:
+def fence_member(ctx: GroupContext, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+    """Remove a member of a consumer group (left, timed out, fenced); when it is the last
+    consumer-protocol member of a mixed group, the group turns back into a classic group instead.
+    The shard wires this in as `GroupContext.fence_member`."""
+    if group.classic_members and should_downgrade(ctx, group, member):
+        downgrade(ctx, group, member, ctx.now)
+        return
+    consumer.remove_member(ctx, group, member)
+
+
+def should_downgrade(ctx: GroupContext, group: ConsumerGroup, leaving: ConsumerGroupMember) -> bool:
     """The last consumer-protocol member is leaving a group whose other members all use the classic protocol."""
-    if leaving.is_classic or not shard.config.downgrade_allowed:
+    if leaving.is_classic or not ctx.config.downgrade_allowed:
         return False
     others = len(group.members) - 1
-    return 0 < others == group.classic_members and others <= shard.config.classic_max_size
+    return 0 < others == group.classic_members and others <= ctx.config.classic_max_size
 
 
-def downgrade(shard: "GroupCoordinatorShard", group: ConsumerGroup, leaving: ConsumerGroupMember, now: int) -> None:
+def downgrade(ctx: GroupContext, group: ConsumerGroup, leaving: ConsumerGroupMember, now: int) -> None:
     """Write the group back as a classic group without `leaving`, then prepare a rebalance."""
     gid = group.group_id
     members = [m for mid, m in sorted(group.members.items()) if mid != leaving.member_id]
@@ -189,28 +200,28 @@ def downgrade(shard: "GroupCoordinatorShard", group: ConsumerGroup, leaving: Con
         meta = dict(m.classic_member_metadata.supported_protocols).get(protocol, b"")  # type: ignore[union-attr]
         persisted.append(GroupMetadataMember(m.member_id, m.instance_id, m.client_id, m.client_host,
                                              m.rebalance_timeout_ms, m.classic_member_metadata.session_timeout_ms,  # type: ignore[union-attr]
-                                             meta, encoded_assignment(shard, m.assigned_partitions)))
+                                             meta, encoded_assignment(ctx, m.assigned_partitions)))
     epoch = group.group_epoch
     all_ids = sorted(group.members)
     for mid in all_ids:
-        shard._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, mid), None)
+        ctx.append(ConsumerGroupCurrentMemberAssignmentKey(gid, mid), None)
     for mid in sorted(group.target_assignment):
-        shard._emit(ConsumerGroupTargetAssignmentMemberKey(gid, mid), None)
-    shard._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), None)
+        ctx.append(ConsumerGroupTargetAssignmentMemberKey(gid, mid), None)
+    ctx.append(ConsumerGroupTargetAssignmentMetadataKey(gid), None)
     for mid in all_ids:
-        shard._emit(ConsumerGroupMemberMetadataKey(gid, mid), None)
+        ctx.append(ConsumerGroupMemberMetadataKey(gid, mid), None)
     for regex in sorted(group.resolved_regexes):
-        shard._emit(ConsumerGroupRegularExpressionKey(gid, regex), None)
-    shard._emit(ConsumerGroupMetadataKey(gid), None)
-    shard._emit(GroupMetadataKey(gid), GroupMetadataValue(PROTOCOL_TYPE, epoch, protocol, members[0].member_id, now,
+        ctx.append(ConsumerGroupRegularExpressionKey(gid, regex), None)
+    ctx.append(ConsumerGroupMetadataKey(gid), None)
+    ctx.append(GroupMetadataKey(gid), GroupMetadataValue(PROTOCOL_TYPE, epoch, protocol, members[0].member_id, now,
                                                           tuple(persisted)))
     for mid in all_ids:
-        shard._deferred.append(lambda mid=mid: shard._cancel_member_timers(gid, mid))
-    classic_group = shard.state.classic_groups[gid]
+        ctx.after(lambda mid=mid: consumer.cancel_member_timers(ctx, gid, mid))
+    classic_group = ctx.state.classic_groups[gid]
     for m in members:  # keep every classic protocol the member announced, not just the selected one
         classic_group.members[m.member_id].protocols = tuple(m.classic_member_metadata.supported_protocols)  # type: ignore[union-attr]
-        classic._schedule_heartbeat(shard, gid, m.member_id, now, m.classic_member_metadata.session_timeout_ms)  # type: ignore[union-attr]
-    classic._prepare_rebalance(shard, classic_group, now)
+        classic.schedule_heartbeat(ctx, gid, m.member_id, now, m.classic_member_metadata.session_timeout_ms)  # type: ignore[union-attr]
+    classic.prepare_rebalance(ctx, classic_group, now)
 
 
 # ====================================================================== classic members in a consumer group
@@ -236,8 +247,8 @@ def _common_protocols(group: ConsumerGroup) -> set[str] | None:
     return common
 
 
-def join(shard: "GroupCoordinatorShard", group: ConsumerGroup, req: JoinGroupRequest, now: int) -> JoinGroupResponse:
-    gid, cfg = group.group_id, shard.config
+def join(ctx: GroupContext, group: ConsumerGroup, req: JoinGroupRequest, now: int) -> JoinGroupResponse:
+    gid, cfg = group.group_id, ctx.config
     if cfg.consumer_migration_policy == "disabled":
         raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL,
                                f"Group {gid} is a consumer group and group.consumer.migration.policy is disabled.")
@@ -248,9 +259,9 @@ def join(shard: "GroupCoordinatorShard", group: ConsumerGroup, req: JoinGroupReq
                                "The member's protocols have nothing in common with the group's classic members.")
     member_id, iid = req.member_id, req.group_instance_id
     if not member_id and iid is None and req.api_version >= 4:
-        return JoinGroupResponse(error_code=Errors.MEMBER_ID_REQUIRED, member_id=shard._new_member_id())
+        return JoinGroupResponse(error_code=Errors.MEMBER_ID_REQUIRED, member_id=ctx.new_member_id())
     if not member_id:
-        member_id = shard._new_member_id()
+        member_id = ctx.new_member_id()
     members = group.members
     owner_id = None if iid is None else group.static_members.get(iid)
     if member_id not in members and owner_id is None and len(members) >= cfg.consumer_max_size:
@@ -262,9 +273,9 @@ def join(shard: "GroupCoordinatorShard", group: ConsumerGroup, req: JoinGroupReq
         if req.member_id:
             raise CoordinatorError(Errors.FENCED_INSTANCE_ID,
                                    f"Static member {req.member_id} with instance id {iid} was fenced by member {owner_id}.")
-        member = shard._replace_static_member(group, members[owner_id], member_id)
+        member = consumer.replace_static_member(ctx, group, members[owner_id], member_id)
         known = True
-        group = shard.state.groups[gid]
+        group = ctx.state.groups[gid]
     elif member is not None and member.classic_member_metadata is None:
         raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} uses the consumer protocol.")
     if member is None:
@@ -272,16 +283,16 @@ def join(shard: "GroupCoordinatorShard", group: ConsumerGroup, req: JoinGroupReq
     names = frozenset(subscription.topics)
     session = req.session_timeout_ms
     updated = member._replace(
-        instance_id=iid, rack_id=subscription.rack_id, rebalance_timeout_ms=classic._rebalance_timeout(req),
+        instance_id=iid, rack_id=subscription.rack_id, rebalance_timeout_ms=classic.rebalance_timeout(req),
         client_id=req.client_id, client_host=req.client_host, subscribed_topic_names=names,
         subscribed_topic_regex=None, server_assignor=None,
         classic_member_metadata=ClassicMemberMetadata(session, protocols))
-    owned = _names_to_ids(shard, subscription.owned_partitions)
-    current = shard._update_and_reconcile(group, member, updated, known, names != member.subscribed_topic_names
+    owned = _names_to_ids(ctx, subscription.owned_partitions)
+    current = consumer.update_and_reconcile(ctx, group, member, updated, known, names != member.subscribed_topic_names
                                           or not known, False, owned, session, now)
-    shard._deferred.append(lambda: shard.timers.cancel(member_join_key(gid, member_id)))
+    ctx.after(lambda: ctx.timers.cancel(member_join_key(gid, member_id)))
     rebalance = updated.rebalance_timeout_ms
-    shard._deferred.append(lambda: shard.timers.schedule(member_sync_key(gid, member_id), now + rebalance,
+    ctx.after(lambda: ctx.timers.schedule(member_sync_key(gid, member_id), now + rebalance,
                                                          ("classic-member-timeout", gid, member_id)))
     return JoinGroupResponse(generation_id=current.member_epoch, protocol_type=PROTOCOL_TYPE,
                              protocol_name=protocols[0][0], leader="", member_id=member_id)
@@ -314,44 +325,44 @@ def must_rejoin(group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
     return False
 
 
-def _arm_rejoin(shard, group: ConsumerGroup, member: ConsumerGroupMember, now: int) -> None:
+def _arm_rejoin(ctx: GroupContext, group: ConsumerGroup, member: ConsumerGroupMember, now: int) -> None:
     gid, mid = group.group_id, member.member_id
     key = member_join_key(gid, mid)
-    if key not in shard.timers:
-        shard.timers.schedule(key, now + member.rebalance_timeout_ms, ("classic-member-timeout", gid, mid))
+    if key not in ctx.timers:
+        ctx.timers.schedule(key, now + member.rebalance_timeout_ms, ("classic-member-timeout", gid, mid))
 
 
-def sync(shard, group: ConsumerGroup, req: SyncGroupRequest, now: int) -> SyncGroupResponse:
+def sync(ctx: GroupContext, group: ConsumerGroup, req: SyncGroupRequest, now: int) -> SyncGroupResponse:
     member = _classic_member(group, req.member_id, req.group_instance_id, req.generation_id)
     name = member.classic_member_metadata.supported_protocols[0][0]  # type: ignore[union-attr]
     if ((req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE)
             or (req.protocol_name is not None and req.protocol_name != name)):
         raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL,
                                f"The protocol {req.protocol_type}/{req.protocol_name} is not {PROTOCOL_TYPE}/{name}.")
-    shard.timers.cancel(member_sync_key(group.group_id, member.member_id))
+    ctx.timers.cancel(member_sync_key(group.group_id, member.member_id))
     if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-        _arm_rejoin(shard, group, member, now)
+        _arm_rejoin(ctx, group, member, now)
         raise CoordinatorError(Errors.REBALANCE_IN_PROGRESS, "The group is rebalancing, so a rejoin is needed.")
     return SyncGroupResponse(protocol_type=PROTOCOL_TYPE, protocol_name=name,
-                             assignment=encoded_assignment(shard, member.assigned_partitions))
+                             assignment=encoded_assignment(ctx, member.assigned_partitions))
 
 
-def heartbeat(shard, group: ConsumerGroup, req: HeartbeatRequest, now: int) -> HeartbeatResponse:
+def heartbeat(ctx: GroupContext, group: ConsumerGroup, req: HeartbeatRequest, now: int) -> HeartbeatResponse:
     member = _classic_member(group, req.member_id, req.group_instance_id, req.generation_id)
-    shard._schedule_session(group.group_id, member.member_id, now,
+    consumer.schedule_session(ctx, group.group_id, member.member_id, now,
                             member.classic_member_metadata.session_timeout_ms)  # type: ignore[union-attr]
     if must_rejoin(group, member):
-        _arm_rejoin(shard, group, member, now)
+        _arm_rejoin(ctx, group, member, now)
         return HeartbeatResponse(Errors.REBALANCE_IN_PROGRESS, "The group is rebalancing, so a rejoin is needed.")
     return HeartbeatResponse()
 
 
-def leave(shard, group: ConsumerGroup, req: LeaveGroupRequest, now: int) -> LeaveGroupResponse:
+def leave(ctx: GroupContext, group: ConsumerGroup, req: LeaveGroupRequest, now: int) -> LeaveGroupResponse:
     leaving = tuple(req.members) if req.api_version >= 3 else (LeaveGroupMember(req.member_id),)
     results = []
     for item in leaving:
         gid = group.group_id
-        current = shard.state.groups.get(gid)
+        current = ctx.state.groups.get(gid)
         code = Errors.NONE
         member_id = item.member_id
         if current is None:
@@ -368,17 +379,17 @@ def leave(shard, group: ConsumerGroup, req: LeaveGroupRequest, now: int) -> Leav
         if not code and (member is None or member.classic_member_metadata is None):
             code = Errors.UNKNOWN_MEMBER_ID
         if not code:
-            shard._remove_member(current, member)
+            fence_member(ctx, current, member)
         results.append(LeftMember(item.member_id, item.group_instance_id, code))
     if req.api_version >= 3:
         return LeaveGroupResponse(members=tuple(results))
     return LeaveGroupResponse(results[0].error_code)
 
 
-def on_member_timeout(shard, payload: tuple, now: int) -> None:
+def on_member_timeout(ctx: GroupContext, payload: tuple, now: int) -> None:
     """A classic member of a consumer group did not re-join or sync within its rebalance timeout."""
-    group = shard.state.groups.get(payload[1])
+    group = ctx.state.groups.get(payload[1])
     member = None if group is None else group.members.get(payload[2])
     if member is not None and member.classic_member_metadata is not None:
-        shard._remove_member(group, member)
+        fence_member(ctx, group, member)
 

@@ -1,4 +1,4 @@
-"""Offset commit, fetch, delete and expiry (Kafka's OffsetMetadataManager) on top of a shard.
+"""Offset commit, fetch, delete and expiry (Kafka's OffsetMetadataManager) on top of a ctx.
 
 Member-epoch validation follows KIP-848: consumer-protocol members must commit with their
 current member epoch (STALE_MEMBER_EPOCH otherwise) and OffsetCommit >= v9; classic members in a
@@ -14,11 +14,10 @@ Empty. A member's commit counts as a heartbeat.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from cohort.coordinator import classic
+from cohort.coordinator import classic, consumer
 from cohort.coordinator.classic_group import ClassicGroup, ClassicGroupState
 from cohort.coordinator.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
+from cohort.coordinator.context import GroupContext
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.records import OffsetCommitKey, OffsetCommitValue
 from cohort.coordinator.requests import (
@@ -34,24 +33,22 @@ from cohort.coordinator.requests import (
     TopicResult,
 )
 
-if TYPE_CHECKING:
-    from cohort.coordinator.shard import GroupCoordinatorShard
 
 
-def _validate_commit(shard: "GroupCoordinatorShard", req: OffsetCommitRequest, now: int) -> None:
+def _validate_commit(ctx: GroupContext, req: OffsetCommitRequest, now: int) -> None:
     gid = req.group_id
     if not gid or not gid.strip():
         raise CoordinatorError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
     epoch = req.generation_id_or_member_epoch
-    classic_group = shard.state.classic_groups.get(gid)
+    classic_group = ctx.state.classic_groups.get(gid)
     if classic_group is not None:
-        _validate_classic_commit(shard, classic_group, req, now)
+        _validate_classic_commit(ctx, classic_group, req, now)
         return
-    group = shard.state.groups.get(gid)
+    group = ctx.state.groups.get(gid)
     if group is None:
         if epoch < 0:
             return
-        if gid in shard.state.offsets:
+        if gid in ctx.state.offsets:
             raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}.")
         if req.api_version >= 9:
             raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
@@ -74,7 +71,7 @@ def _validate_commit(shard: "GroupCoordinatorShard", req: OffsetCommitRequest, n
                                f"The member epoch {epoch} is stale; the current member epoch is {member.member_epoch}.")
 
 
-def _validate_classic_commit(shard: "GroupCoordinatorShard", group: ClassicGroup, req: OffsetCommitRequest,
+def _validate_classic_commit(ctx: GroupContext, group: ClassicGroup, req: OffsetCommitRequest,
                              now: int) -> None:
     epoch = req.generation_id_or_member_epoch
     if group.is_in(ClassicGroupState.DEAD):
@@ -83,7 +80,7 @@ def _validate_classic_commit(shard: "GroupCoordinatorShard", group: ClassicGroup
         return
     member = None
     if epoch >= 0 or req.member_id or req.group_instance_id is not None:
-        member = classic._validate_member(group, req.member_id, req.group_instance_id)
+        member = classic.validate_member(group, req.member_id, req.group_instance_id)
         if epoch != group.generation_id:
             raise CoordinatorError(Errors.ILLEGAL_GENERATION,
                                    f"The generation id {epoch} is not the group's {group.generation_id}.")
@@ -94,13 +91,13 @@ def _validate_classic_commit(shard: "GroupCoordinatorShard", group: ClassicGroup
         raise CoordinatorError(Errors.REBALANCE_IN_PROGRESS, "The group is completing a rebalance.")
     if member is not None:
         gid, mid, timeout = group.group_id, member.member_id, member.session_timeout_ms
-        shard._deferred.append(lambda: shard.timers.schedule(
+        ctx.after(lambda: ctx.timers.schedule(
             classic.heartbeat_key(gid, mid), now + timeout, ("classic-heartbeat", gid, mid)))
 
 
-def commit_offsets(shard: "GroupCoordinatorShard", req: OffsetCommitRequest, now: int) -> OffsetCommitResponse:
-    _validate_commit(shard, req, now)
-    max_bytes = shard.config.offset_metadata_max_bytes
+def commit_offsets(ctx: GroupContext, req: OffsetCommitRequest, now: int) -> OffsetCommitResponse:
+    _validate_commit(ctx, req, now)
+    max_bytes = ctx.config.offset_metadata_max_bytes
     expire = now + req.retention_time_ms if req.retention_time_ms >= 0 else -1
     topics = []
     for topic in req.topics:
@@ -110,7 +107,7 @@ def commit_offsets(shard: "GroupCoordinatorShard", req: OffsetCommitRequest, now
             if len(metadata.encode()) > max_bytes:
                 results.append(PartitionResult(p.partition, Errors.OFFSET_METADATA_TOO_LARGE))
                 continue
-            shard._emit(OffsetCommitKey(req.group_id, topic.name, p.partition),
+            ctx.append(OffsetCommitKey(req.group_id, topic.name, p.partition),
                         OffsetCommitValue(p.offset, p.leader_epoch, metadata, now, expire))
             results.append(PartitionResult(p.partition))
         topics.append(TopicResult(topic.name, tuple(results)))
@@ -123,9 +120,9 @@ def commit_error_response(req: OffsetCommitRequest, code: Errors) -> OffsetCommi
     ))
 
 
-def fetch_offsets(shard: "GroupCoordinatorShard", req: OffsetFetchRequest) -> OffsetFetchResponse:
+def fetch_offsets(ctx: GroupContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
     gid = req.group_id
-    view = shard.committed_state(gid)
+    view = ctx.committed_state(gid)
     group = view.groups.get(gid)
     if group is not None and (req.member_id is not None or req.member_epoch >= 0):
         member = group.members.get(req.member_id or "")
@@ -158,11 +155,11 @@ def fetch_offsets(shard: "GroupCoordinatorShard", req: OffsetFetchRequest) -> Of
     return OffsetFetchResponse(gid, tuple(topics))
 
 
-def delete_offsets(shard: "GroupCoordinatorShard", req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+def delete_offsets(ctx: GroupContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
     gid = req.group_id
-    group = shard.state.groups.get(gid)
-    stored = shard.state.offsets.get(gid)
-    classic_group = shard.state.classic_groups.get(gid)
+    group = ctx.state.groups.get(gid)
+    stored = ctx.state.offsets.get(gid)
+    classic_group = ctx.state.classic_groups.get(gid)
     if group is None and stored is None and classic_group is None:
         raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
     subscribed = group.subscribed_topic_names() if group is not None and group.members else set()
@@ -178,7 +175,7 @@ def delete_offsets(shard: "GroupCoordinatorShard", req: OffsetDeleteRequest) -> 
                 results.append(PartitionResult(p, Errors.GROUP_SUBSCRIBED_TO_TOPIC))
                 continue
             if stored is not None and (topic.name, p) in stored:
-                shard._emit(OffsetCommitKey(gid, topic.name, p), None)
+                ctx.append(OffsetCommitKey(gid, topic.name, p), None)
             results.append(PartitionResult(p))
         topics.append(TopicResult(topic.name, tuple(results)))
     return OffsetDeleteResponse(tuple(topics))
@@ -188,9 +185,9 @@ def delete_error_response(err: CoordinatorError) -> OffsetDeleteResponse:
     return OffsetDeleteResponse((), err.code, err.message)
 
 
-def delete_all_offsets(shard: "GroupCoordinatorShard", group_id: str) -> None:
-    for topic, partition in sorted(shard.state.offsets.get(group_id, {})):
-        shard._emit(OffsetCommitKey(group_id, topic, partition), None)
+def delete_all_offsets(ctx: GroupContext, group_id: str) -> None:
+    for topic, partition in sorted(ctx.state.offsets.get(group_id, {})):
+        ctx.append(OffsetCommitKey(group_id, topic, partition), None)
 
 
 def _expired(value: OffsetCommitValue, now: int, retention_ms: int) -> bool:
@@ -230,19 +227,19 @@ def _classic_expired(group: ClassicGroup, stored: dict, now: int, retention: int
         now >= v.expire_timestamp if v.expire_timestamp != -1 else now - base(v) >= retention))
 
 
-def expire_offsets(shard: "GroupCoordinatorShard", now: int) -> None:
+def expire_offsets(ctx: GroupContext, now: int) -> None:
     """Tombstone expired offsets of topics a group does not subscribe to; delete groups left empty."""
-    state = shard.state
-    retention = shard.config.offsets_retention_ms
+    state = ctx.state
+    retention = ctx.config.offsets_retention_ms
     for gid in sorted(state.classic_groups.keys() & state.offsets.keys()):
         group = state.classic_groups[gid]
         stored = state.offsets[gid]
         expired = _classic_expired(group, stored, now, retention)
         all_expired = len(expired) == len(stored)
         for topic, partition in expired:
-            shard._emit(OffsetCommitKey(gid, topic, partition), None)
+            ctx.append(OffsetCommitKey(gid, topic, partition), None)
         if all_expired and group.is_in(ClassicGroupState.EMPTY) and not group.pending_members:
-            shard._delete_classic_group(group)
+            classic.delete_group(ctx, group)
     for gid in sorted(state.offsets.keys() | state.groups.keys()):
         if gid in state.classic_groups:
             continue
@@ -252,6 +249,6 @@ def expire_offsets(shard: "GroupCoordinatorShard", now: int) -> None:
         expired = sorted(tp for tp, v in stored.items() if tp[0] not in subscribed and _expired(v, now, retention))
         all_expired = len(expired) == len(stored)
         for topic, partition in expired:
-            shard._emit(OffsetCommitKey(gid, topic, partition), None)
+            ctx.append(OffsetCommitKey(gid, topic, partition), None)
         if all_expired and group is not None and not group.members:
-            shard._delete_group_records(group)
+            consumer.delete_group_records(ctx, group)

@@ -49,47 +49,25 @@ from __future__ import annotations
 import collections
 import itertools
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-
-import re2
+from collections.abc import Callable, Mapping
 
 from cohort.assignors import registry
 from cohort.assignors.api import Assignor
-from cohort.coordinator import classic, lag_balance, migration
+from cohort.coordinator import classic, consumer, lag_balance, migration
 from cohort.coordinator import offsets as offset_ops
 from cohort.coordinator.classic_group import ClassicGroupState
-from cohort.coordinator.consumer_protocol import PROTOCOL_TYPE, Subscription, encode_assignment, encode_subscription
-from cohort.coordinator.consumer_protocol import Assignment as ProtocolAssignment
 from cohort.coordinator.config import GROUP_CONFIG_KEYS, CoordinatorConfig, GroupConfig
-from cohort.coordinator.consumer_group import (
-    LEAVE_GROUP_MEMBER_EPOCH,
-    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-    ConsumerGroup,
-    ConsumerGroupMember,
-    GroupState,
-    ShardState,
-)
+from cohort.coordinator.consumer import blank
+from cohort.coordinator.consumer_group import ConsumerGroup, GroupState, ShardState
+from cohort.coordinator.context import GroupContext
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.lag import NO_LOG_OFFSETS, LogOffsets, partition_lags
 from cohort.coordinator.metadata import EMPTY_IMAGE, MetadataImage
-from cohort.coordinator.reconcile import reconcile
-from cohort.coordinator.static_members import check_instance_owner
 from cohort.coordinator.records import (
-    EMPTY_ASSIGNMENT,
-    Assignment,
-    ConsumerGroupCurrentMemberAssignmentKey,
-    ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
-    ConsumerGroupRegularExpressionKey,
-    ConsumerGroupRegularExpressionValue,
-    ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
     GroupConfigurationKey,
     GroupConfigurationValue,
-    GroupMetadataKey,
     MemberState,
     Record,
 )
@@ -105,10 +83,6 @@ from cohort.coordinator.requests import (
     DeleteGroupsResponse,
     DeletedGroup,
     DescribedGroup,
-    DescribedMember,
-    DescribedTopicPartitions,
-    DescribedClassicGroup,
-    DescribedClassicMember,
     DescribeGroupConfigRequest,
     DescribeGroupConfigResponse,
     DescribeGroupsRequest,
@@ -127,7 +101,7 @@ from cohort.coordinator.requests import (
     Result,
     SyncGroupRequest,
 )
-from cohort.coordinator.target import LagProvider, compute_target
+from cohort.coordinator.target import LagProvider, assignor_name
 from cohort.coordinator.timers import Timers
 
 OFFSETS_EXPIRATION_KEY = "offsets-expiration"
@@ -143,18 +117,6 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     if h >= 0x80000000:
         h -= 0x100000000
     return (0 if h == -(2**31) else abs(h)) % num_partitions
-
-
-def session_timeout_key(group_id: str, member_id: str) -> str:
-    return f"session-timeout-{group_id}-{member_id}"
-
-
-def rebalance_timeout_key(group_id: str, member_id: str) -> str:
-    return f"rebalance-timeout-{group_id}-{member_id}"
-
-
-def _blank(s: str | None) -> bool:
-    return s is None or not s.strip()
 
 
 class GroupCoordinatorShard:
@@ -184,11 +146,16 @@ class GroupCoordinatorShard:
         self._pending_groups: collections.Counter[str] = collections.Counter()
         self._batch: list[Record] | None = None
         self._deferred: list[Callable[[], None]] = []
-        self._topic_filter: Callable[[str], bool] | None = None  # see _heartbeat
         self._completions: list[tuple[int, object]] = []
         self._request_ids = itertools.count(1)
         self._request_id = 0
         self._now = 0  # the time of the operation in progress
+        self.context = GroupContext(
+            self.state, self.timers, self.config, lag_balance=self.lag_balance, append=self._emit,
+            complete=self._complete, after=self._after, new_member_id=self._new_member_id,
+            committed_state=self.committed_state, assignor=self.assignor, image=lambda: self.image,
+            now=lambda: self._now, lag_provider=lambda: self.lag_provider)
+        self.context.fence_member = lambda group, member: migration.fence_member(self.context, group, member)
 
     # ================================================================== write path
 
@@ -199,7 +166,7 @@ class GroupCoordinatorShard:
         else allocated by the shard); its real response comes later in some result's
         `completions`."""
         if type(request) is ConsumerGroupHeartbeatRequest:
-            response = self._steady_heartbeat(request, now)
+            response = consumer.steady_heartbeat(self.context, request, now)
             if response is not None:
                 return Result([], response, self.last_written_offset)
         handler = self._WRITE_HANDLERS.get(type(request))
@@ -226,13 +193,17 @@ class GroupCoordinatorShard:
         """The shard is going away (broker stop, leadership moved): every parked request is answered
         NOT_COORDINATOR, as Kafka's onUnloaded does, and timers stop. Send these at once; the
         shard must not be used afterwards."""
-        completions = classic.unload(self)
+        completions = classic.unload(self.context)
         self.timers.clear()
         return completions
 
     def _complete(self, request_id: int, response: object) -> None:
         """Release a parked request (classic.py): it rides on the current operation's result."""
         self._completions.append((request_id, response))
+
+    def _after(self, action: Callable[[], object]) -> None:
+        """Run `action` once the current operation has succeeded (timers of a write that is kept)."""
+        self._deferred.append(action)
 
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
@@ -368,10 +339,10 @@ class GroupCoordinatorShard:
             session = self.state.group_config(group.group_id).session_timeout(self.config)
             for member in group.members.values():
                 classic_metadata = member.classic_member_metadata  # classic members keep their own timeout
-                self._schedule_session(group.group_id, member.member_id, now,
+                consumer.schedule_session(self.context, group.group_id, member.member_id, now,
                                        session if classic_metadata is None else classic_metadata.session_timeout_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
-                    self._schedule_rebalance(group.group_id, member, now)
+                    consumer.schedule_rebalance(self.context, group.group_id, member, now)
         for classic_group in self.state.classic_groups.values():
             for classic_member in classic_group.members.values():
                 self.timers.schedule(classic.heartbeat_key(classic_group.group_id, classic_member.member_id),
@@ -381,38 +352,24 @@ class GroupCoordinatorShard:
                              ("offsets",))
         self.lag_balance.clear()
         for group in self.state.groups.values():
-            if lag_balance.uses_lag(self, group):
-                lag_balance.schedule(self, group.group_id, now)
+            if lag_balance.uses_lag(self.context, group):
+                lag_balance.schedule(self.context, group.group_id, now)
 
     # ================================================================== timers
-
-    def _schedule_session(self, group_id: str, member_id: str, now: int, timeout: int) -> None:
-        self.timers.schedule(session_timeout_key(group_id, member_id), now + timeout,
-                             ("session", group_id, member_id))
-
-    def _schedule_rebalance(self, group_id: str, member: ConsumerGroupMember, now: int) -> None:
-        self.timers.schedule(rebalance_timeout_key(group_id, member.member_id), now + member.rebalance_timeout_ms,
-                             ("rebalance", group_id, member.member_id, member.member_epoch))
-
-    def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
-        self.timers.cancel(session_timeout_key(group_id, member_id))
-        self.timers.cancel(rebalance_timeout_key(group_id, member_id))
-        self.timers.cancel(migration.member_join_key(group_id, member_id))
-        self.timers.cancel(migration.member_sync_key(group_id, member_id))
 
     def _on_timer(self, payload: tuple, now: int) -> None:
         kind = payload[0]
         if kind == "classic-member-timeout":
-            migration.on_member_timeout(self, payload, now)
+            migration.on_member_timeout(self.context, payload, now)
             return
         if kind.startswith("classic-"):
-            classic.on_timer(self, payload, now)
+            classic.on_timer(self.context, payload, now)
             return
         if kind == "lag":
-            lag_balance.evaluate(self, payload[1], now)
+            lag_balance.evaluate(self.context, payload[1], now)
             return
         if kind == "offsets":
-            offset_ops.expire_offsets(self, now)
+            offset_ops.expire_offsets(self.context, now)
             self.timers.schedule(OFFSETS_EXPIRATION_KEY, now + self.config.offsets_retention_check_interval_ms,
                                  ("offsets",))
             return
@@ -422,342 +379,26 @@ class GroupCoordinatorShard:
             return
         if kind == "rebalance" and member.member_epoch != payload[3]:
             return
-        self._remove_member(group, member)  # type: ignore[arg-type]
+        self.context.fence_member(group, member)  # type: ignore[arg-type]
 
     # ================================================================== ConsumerGroupHeartbeat
 
-    def _steady_heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int) -> ConsumerGroupHeartbeatResponse | None:
-        """The common case answered without records or copies: a reconciled member, nothing changed.
-
-        Returns None whenever anything might differ, and the full pipeline runs instead. Every
-        condition here implies the validation the full path would do (ids of existing members and
-        groups are never blank, epoch > 0), so the answer is the same.
-        """
-        epoch = req.member_epoch
-        if epoch <= 0:
-            return None
-        group = self.state.groups.get(req.group_id)
-        if group is None or group.refresh_metadata:
-            return None
-        member = group.members.get(req.member_id)
-        if (member is None or member.member_epoch != epoch or member.state is not MemberState.STABLE
-                or epoch != group.assignment_epoch or epoch != group.group_epoch
-                or req.client_id != member.client_id or req.client_host != member.client_host
-                or req.server_assignor is not None
-                or (req.instance_id is not None and req.instance_id != member.instance_id)
-                or (req.rack_id is not None and req.rack_id != member.rack_id)
-                or (req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms != member.rebalance_timeout_ms)
-                or (req.subscribed_topic_regex is not None
-                    and req.subscribed_topic_regex != (member.subscribed_topic_regex or ""))):
-            return None
-        names = req.subscribed_topic_names
-        if names is not None and frozenset(names) != member.subscribed_topic_names:
-            return None
-        group_id, member_id = req.group_id, req.member_id
-        config = self.state.configs.get(group_id)
-        if config is None:
-            session, interval = self.config.consumer_session_timeout_ms, self.config.consumer_heartbeat_interval_ms
-        else:
-            session, interval = config.session_timeout(self.config), config.heartbeat_interval(self.config)
-        self.timers.schedule(f"session-timeout-{group_id}-{member_id}", now + session,
-                             ("session", group_id, member_id))
-        full = req.rebalance_timeout_ms != -1 and req.topic_partitions is not None and (
-            names is not None or req.subscribed_topic_regex is not None)
-        return ConsumerGroupHeartbeatResponse(0, None, member_id, epoch, interval,
-                                              member.assigned_partitions if full else None)
-
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int) -> ConsumerGroupHeartbeatResponse:
-        self._topic_filter = req.topic_filter  # regexes resolved in this heartbeat see only these topics
+        ctx = self.context
+        consumer.validate_heartbeat(ctx, req)
+        if req.member_epoch == 0 and req.group_id not in self.state.groups:
+            classic_group = self.state.classic_groups.get(req.group_id)
+            if classic_group is not None:  # a consumer member where a classic group lives
+                migration.consumer_member_joins(ctx, classic_group, now)
+        ctx.topic_filter = req.topic_filter  # regexes resolved in this heartbeat see only these topics
         try:
-            return self._heartbeat_checked(req, now)
+            return consumer.heartbeat(ctx, req, now)
         finally:
-            self._topic_filter = None
-
-    def _heartbeat_checked(self, req: ConsumerGroupHeartbeatRequest, now: int) -> ConsumerGroupHeartbeatResponse:
-        self._validate_heartbeat(req)
-        epoch = req.member_epoch
-        if epoch < 0:
-            return self._leave(req)
-        gid = req.group_id
-        group = self.state.groups.get(gid)
-        if group is None:
-            if epoch != 0:
-                raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
-            classic_group = self.state.classic_groups.get(gid)
-            upgraded = None if classic_group is None else self._consumer_join_classic_group(classic_group, now)
-            group = upgraded or ConsumerGroup(gid)  # materialised by the first record
-        member_id = req.member_id
-        if not member_id and req.api_version == 0:
-            member_id = self._new_member_id()
-
-        iid = req.instance_id
-        members = group.members
-        if (len(members) >= self.config.consumer_max_size and member_id not in members
-                and not (iid is not None and iid in group.static_members)):
-            raise CoordinatorError(
-                Errors.GROUP_MAX_SIZE_REACHED,
-                f"The consumer group has reached its maximum capacity of {self.config.consumer_max_size} members.",
-            )
-
-        # ---- resolve the member (dynamic, static, or static replacement)
-        member = members.get(member_id)
-        known = member is not None
-        if iid is None:
-            if member is None:
-                if epoch != 0:
-                    raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID,
-                                           f"Member {member_id} is not a member of group {gid}.")
-                member = ConsumerGroupMember(member_id)
-            else:
-                _check_member_epoch(member, epoch, req.topic_partitions)
-        else:
-            owner_id = group.static_members.get(iid)
-            owner = None if owner_id is None else members[owner_id]
-            if epoch == 0:
-                parked = owner is not None and owner.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH
-                if owner is None or (owner_id == member_id and not parked):
-                    # new static member, or a rejoin of the owner itself (a lost join response)
-                    if member is None:
-                        member = ConsumerGroupMember(member_id)
-                elif not parked:
-                    raise CoordinatorError(
-                        Errors.UNRELEASED_INSTANCE_ID,
-                        f"Static member {member_id} with instance id {iid} cannot join the group because "
-                        f"the instance id is owned by {owner_id} member.",
-                    )
-                else:
-                    member = self._replace_static_member(group, owner, member_id)
-                    known = True
-                    group = self.state.groups[gid]
-            else:
-                check_instance_owner(group.static_members, member_id, iid)
-                member = owner
-                _check_member_epoch(member, epoch, req.topic_partitions)
-
-        # ---- apply the request's changes ("null" means unchanged)
-        names = member.subscribed_topic_names if req.subscribed_topic_names is None \
-            else frozenset(req.subscribed_topic_names)
-        regex = member.subscribed_topic_regex if req.subscribed_topic_regex is None else req.subscribed_topic_regex
-        updated = member._replace(
-            instance_id=member.instance_id if iid is None else iid,
-            rack_id=member.rack_id if req.rack_id is None else req.rack_id,
-            rebalance_timeout_ms=member.rebalance_timeout_ms if req.rebalance_timeout_ms == -1
-            else req.rebalance_timeout_ms,
-            server_assignor=member.server_assignor if req.server_assignor is None else req.server_assignor,
-            subscribed_topic_names=names,
-            subscribed_topic_regex=regex,
-            client_id=req.client_id,
-            client_host=req.client_host,
-        )
-        regex_changed = (regex or "") != (member.subscribed_topic_regex or "")
-        if regex_changed and regex:
-            try:
-                re2.compile(regex)
-            except re2.error as exc:
-                raise CoordinatorError(
-                    Errors.INVALID_REGULAR_EXPRESSION,
-                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.",
-                ) from None
-        subscription_changed = names != member.subscribed_topic_names or regex_changed
-
-        group_config = self.state.group_config(gid)
-        current = self._update_and_reconcile(group, member, updated, known, subscription_changed, regex_changed,
-                                             req.topic_partitions, group_config.session_timeout(self.config), now)
-
-        full = (req.rebalance_timeout_ms != -1 and req.topic_partitions is not None
-                and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
-        send_assignment = epoch == 0 or full or current.assigned_partitions != member.assigned_partitions
-        return ConsumerGroupHeartbeatResponse(
-            member_id=member_id,
-            member_epoch=current.member_epoch,
-            heartbeat_interval_ms=group_config.heartbeat_interval(self.config),
-            assignment=current.assigned_partitions if send_assignment else None,
-        )
-
-    def _update_and_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember,
-                              known: bool, subscription_changed: bool, regex_changed: bool,
-                              owned: Mapping[uuid.UUID, Iterable[int]] | None, session: int,
-                              now: int) -> ConsumerGroupMember:
-        """Steps 4-7 of the heartbeat, shared with classic members of a consumer group (migration.py):
-        the member's new metadata, the group-epoch bump, the target assignment, reconciliation and
-        the session timer. Returns the member as reconciled."""
-        gid, member_id = group.group_id, updated.member_id
-        regex = updated.subscribed_topic_regex
-        order = self.config.consumer_assignors
-        assignor_before = group.preferred_assignor(order)
-        if not known or not updated.same_metadata(member):
-            self._emit(ConsumerGroupMemberMetadataKey(gid, member_id), updated.metadata_value())
-            group = self.state.groups[gid]
-        bump = subscription_changed or group.group_epoch == 0
-
-        if regex_changed:
-            if regex and regex not in group.resolved_regexes:
-                self._emit_regex(group, regex, now)
-            old_regex = member.subscribed_topic_regex
-            if old_regex and old_regex not in group.regex_counts and old_regex in group.resolved_regexes:
-                self._emit(ConsumerGroupRegularExpressionKey(gid, old_regex), None)
-        refresh = group.refresh_metadata
-        if refresh:
-            for used in list(group.regex_counts):
-                if self._emit_regex(group, used, now):
-                    bump = True
-        metadata_hash = group.metadata_hash
-        if bump or refresh:
-            metadata_hash = self.image.subscription_hash(group.subscribed_topic_names())
-            if metadata_hash != group.metadata_hash:
-                bump = True
-        if known and group.preferred_assignor(order) != assignor_before:
-            bump = True  # trunk KAFKA-20434
-        if bump:
-            self._emit(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(group.group_epoch + 1, metadata_hash))
-
-        # ---- target assignment, computed lazily when the group epoch is ahead
-        if group.group_epoch > group.assignment_epoch:
-            self._update_target(group)
-
-        # ---- reconcile the member towards its target
-        current = group.members[member_id]
-        target_epoch = group.assignment_epoch
-        if not current.is_reconciled_to(target_epoch) or subscription_changed:
-            reconciled = reconcile(current, target_epoch, group.target_assignment.get(member_id, EMPTY_ASSIGNMENT),
-                                   group.partition_epoch, owned)
-            if reconciled is not current:
-                self._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, member_id), reconciled.assignment_value())
-                if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
-                    self._deferred.append(lambda m=reconciled: self._schedule_rebalance(gid, m, now))
-                else:
-                    self._deferred.append(lambda: self.timers.cancel(rebalance_timeout_key(gid, member_id)))
-                current = reconciled
-
-        self._deferred.append(lambda: self._schedule_session(gid, member_id, now, session))
-        if refresh:
-            self._deferred.append(lambda: setattr(self.state.groups.get(gid) or group, "refresh_metadata", False))
-        return current
-
-    def _validate_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
-        def invalid(message: str) -> CoordinatorError:
-            return CoordinatorError(Errors.INVALID_REQUEST, message)
-
-        epoch = req.member_epoch
-        if _blank(req.member_id) and (req.api_version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH):
-            raise invalid("MemberId can't be empty.")
-        if _blank(req.group_id):
-            raise invalid("GroupId can't be empty.")
-        if req.instance_id is not None and _blank(req.instance_id):
-            raise invalid("InstanceId can't be empty.")
-        if req.rack_id is not None and _blank(req.rack_id):
-            raise invalid("RackId can't be empty.")
-        if epoch == 0:
-            if req.rebalance_timeout_ms == -1:
-                raise invalid("RebalanceTimeoutMs must be provided in first request.")
-            if req.topic_partitions is None or any(req.topic_partitions.values()):
-                raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
-        elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            if req.instance_id is None:
-                raise invalid("InstanceId can't be null.")
-        elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise invalid("MemberEpoch is invalid.")
-        if req.server_assignor is not None and req.server_assignor not in self.config.consumer_assignors:
-            raise CoordinatorError(
-                Errors.UNSUPPORTED_ASSIGNOR,
-                f"ServerAssignor {req.server_assignor} is not supported. "
-                f"Supported assignors: {', '.join(self.config.consumer_assignors)}.",
-            )
-
-    def _consumer_join_classic_group(self, group, now: int) -> ConsumerGroup | None:
-        """A consumer-protocol member joins where a classic group lives: an empty one gives way, a
-        non-empty one is upgraded in place (migration.py)."""
-        if group.members:
-            return migration.upgrade(self, group, now)
-        if group.persisted is not None:
-            self._emit(GroupMetadataKey(group.group_id), None)
-        self.state.classic_groups.pop(group.group_id, None)
-        return None
-
-    def _leave(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
-        gid, member_id = req.group_id, req.member_id
-        group = self.state.groups.get(gid)
-        if group is None:
-            raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
-        iid = req.instance_id
-        if iid is None:
-            member = group.members.get(member_id)
-            if member is None:
-                raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {gid}.")
-        else:
-            owner_id = check_instance_owner(group.static_members, member_id, iid)
-            member = group.members[owner_id]
-            if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                parked = member._replace(member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-                                         partitions_pending_revocation=EMPTY_ASSIGNMENT)
-                self._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, member_id), parked.assignment_value())
-                return ConsumerGroupHeartbeatResponse(member_id=member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
-        self._remove_member(group, member)
-        return ConsumerGroupHeartbeatResponse(member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
-
-    def _remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
-        """Fence a member: its three tombstones, unused regexes, then a group epoch bump (or, for
-        the last consumer-protocol member of a mixed group, the downgrade to a classic group)."""
-        gid, member_id = group.group_id, member.member_id
-        if group.classic_members and migration.should_downgrade(self, group, member):
-            migration.downgrade(self, group, member, self._now)
-            return
-        self._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, member_id), None)
-        self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id), None)
-        self._emit(ConsumerGroupMemberMetadataKey(gid, member_id), None)
-        regex = member.subscribed_topic_regex
-        if regex and regex not in group.regex_counts and regex in group.resolved_regexes:
-            self._emit(ConsumerGroupRegularExpressionKey(gid, regex), None)
-        new_epoch = group.group_epoch + 1
-        metadata_hash = self.image.subscription_hash(group.subscribed_topic_names())
-        self._emit(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(new_epoch, metadata_hash))
-        if not group.members:
-            self._emit(ConsumerGroupTargetAssignmentMetadataKey(gid),
-                       ConsumerGroupTargetAssignmentMetadataValue(new_epoch))  # trunk KAFKA-20442
-        self._deferred.append(lambda: self._cancel_member_timers(gid, member_id))
-
-    def _replace_static_member(self, group: ConsumerGroup, old: ConsumerGroupMember,
-                               new_member_id: str) -> ConsumerGroupMember:
-        gid = group.group_id
-        old_target = group.target_assignment.get(old.member_id)
-        self._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, old.member_id), None)
-        self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, old.member_id), None)
-        self._emit(ConsumerGroupMemberMetadataKey(gid, old.member_id), None)
-        new = old._replace(member_id=new_member_id, member_epoch=0, previous_member_epoch=0)
-        self._emit(ConsumerGroupMemberMetadataKey(gid, new_member_id), new.metadata_value())
-        if old_target is not None:
-            self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, new_member_id),
-                       ConsumerGroupTargetAssignmentMemberValue(old_target))
-        self._emit(ConsumerGroupCurrentMemberAssignmentKey(gid, new_member_id), new.assignment_value())
-        old_id = old.member_id
-        self._deferred.append(lambda: self._cancel_member_timers(gid, old_id))
-        return self.state.groups[gid].members[new_member_id]
-
-    def _emit_regex(self, group: ConsumerGroup, regex: str, now: int) -> bool:
-        """Resolve a regex against the image (RE2, full match), keeping only the topics the
-        heartbeating member may describe when ACLs are on (Kafka resolves with the request
-        context of the member whose heartbeat triggered the refresh); emit a record if the
-        result changed."""
-        try:
-            pattern = re2.compile(regex)
-        except re2.error:
-            return False
-        allowed = self._topic_filter
-        topics = tuple(sorted(n for n in self.image.by_name if pattern.fullmatch(n) and (allowed is None or allowed(n))))
-        old = group.resolved_regexes.get(regex)
-        if old is not None and old.topics == frozenset(topics):
-            return False
-        self._emit(ConsumerGroupRegularExpressionKey(group.group_id, regex),
-                   ConsumerGroupRegularExpressionValue(topics, self.image.version, now))
-        return True
+            ctx.topic_filter = None
 
     def assignor_name(self, group: ConsumerGroup) -> str:
         """The members' most common choice, else the group's `consumer.assignor`, else the broker default."""
-        return (group.preferred_assignor(self.config.consumer_assignors)
-                or self.state.group_config(group.group_id).assignor
-                or self.config.consumer_assignors[0])
+        return assignor_name(self.context, group)
 
     def lag_evaluation_due(self, now: int) -> bool:
         """Whether a lag evaluation is due at `now` (it may run the lag assignor: worth a worker thread)."""
@@ -770,21 +411,6 @@ class GroupCoordinatorShard:
             found = self._assignors[name] = registry.get(name)
         return found
 
-    def _update_target(self, group: ConsumerGroup) -> None:
-        gid, epoch = group.group_id, group.group_epoch
-        name = self.assignor_name(group)
-        self._write_target(gid, epoch, compute_target(group, self.image, self.assignor(name), epoch, self.lag_provider))
-        if name == lag_balance.LAG_ASSIGNOR:
-            now = self._now
-            self._deferred.append(lambda: lag_balance.arm(self, gid, now))
-
-    def _write_target(self, gid: str, epoch: int, changed: Mapping[str, Assignment]) -> None:
-        """The records of a new target assignment: the changed members' (by member id), then its epoch."""
-        for member_id in sorted(changed):
-            self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
-                       ConsumerGroupTargetAssignmentMemberValue(changed[member_id]))
-        self._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
-
     # ================================================================== groups: delete / configs
 
     def _delete_groups(self, req: DeleteGroupsRequest, now: int) -> DeleteGroupsResponse:
@@ -795,8 +421,8 @@ class GroupCoordinatorShard:
                 if not classic_group.is_in(ClassicGroupState.EMPTY):
                     results.append(DeletedGroup(gid, Errors.NON_EMPTY_GROUP, f"Group {gid} is not empty."))
                     continue
-                offset_ops.delete_all_offsets(self, gid)
-                self._delete_classic_group(classic_group)
+                offset_ops.delete_all_offsets(self.context, gid)
+                classic.delete_group(self.context, classic_group)
                 results.append(DeletedGroup(gid))
                 continue
             group = self.state.groups.get(gid)
@@ -806,32 +432,15 @@ class GroupCoordinatorShard:
             if group is not None and group.members:
                 results.append(DeletedGroup(gid, Errors.NON_EMPTY_GROUP, f"Group {gid} is not empty."))
                 continue
-            offset_ops.delete_all_offsets(self, gid)
+            offset_ops.delete_all_offsets(self.context, gid)
             if group is not None:
-                self._delete_group_records(group)
+                consumer.delete_group_records(self.context, group)
             results.append(DeletedGroup(gid))
         return DeleteGroupsResponse(tuple(results))
 
-    def _delete_group_records(self, group: ConsumerGroup) -> None:
-        """Tombstones for an empty group, in Kafka's order."""
-        gid = group.group_id
-        for member_id in list(group.target_assignment):
-            self._emit(ConsumerGroupTargetAssignmentMemberKey(gid, member_id), None)
-        self._emit(ConsumerGroupTargetAssignmentMetadataKey(gid), None)
-        for regex in sorted(group.resolved_regexes):
-            self._emit(ConsumerGroupRegularExpressionKey(gid, regex), None)
-        self._emit(ConsumerGroupMetadataKey(gid), None)
-
-    def _delete_classic_group(self, group) -> None:
-        """An empty classic group goes Dead: its tombstone if it was ever persisted, then it is gone."""
-        group.transition_to(ClassicGroupState.DEAD, group.state_timestamp)
-        if group.persisted is not None:
-            self._emit(GroupMetadataKey(group.group_id), None)
-        self.state.classic_groups.pop(group.group_id, None)
-
     def _alter_group_config(self, req: AlterGroupConfigRequest, now: int) -> AlterGroupConfigResponse:
         gid = req.group_id
-        if _blank(gid):
+        if blank(gid):
             return AlterGroupConfigResponse(gid, Errors.INVALID_REQUEST, "Group id can't be empty.")
         current = {} if req.replace else dict(self.state.group_config(gid).raw)
         for name, value in req.configs.items():
@@ -853,35 +462,35 @@ class GroupCoordinatorShard:
         return AlterGroupConfigResponse(gid)
 
     def _commit_offsets(self, req: OffsetCommitRequest, now: int):
-        return offset_ops.commit_offsets(self, req, now)
+        return offset_ops.commit_offsets(self.context, req, now)
 
     def _delete_offsets(self, req: OffsetDeleteRequest, now: int):
-        return offset_ops.delete_offsets(self, req)
+        return offset_ops.delete_offsets(self.context, req)
 
     def _join_group(self, req: JoinGroupRequest, now: int):
         consumer = self.state.groups.get(req.group_id)
-        if consumer is not None and consumer.members and not _blank(req.group_id):
-            classic.validate_session_timeout(self, req)
-            return migration.join(self, consumer, req, now)
-        return classic.join_group(self, req, now, self._request_id)
+        if consumer is not None and consumer.members and not blank(req.group_id):
+            classic.validate_session_timeout(self.context, req)
+            return migration.join(self.context, consumer, req, now)
+        return classic.join_group(self.context, req, now, self._request_id)
 
     def _sync_group(self, req: SyncGroupRequest, now: int):
         consumer = self.state.groups.get(req.group_id)
         if consumer is not None:
-            return migration.sync(self, consumer, req, now)
-        return classic.sync_group(self, req, now, self._request_id)
+            return migration.sync(self.context, consumer, req, now)
+        return classic.sync_group(self.context, req, now, self._request_id)
 
     def _classic_heartbeat(self, req: HeartbeatRequest, now: int):
         consumer = self.state.groups.get(req.group_id)
         if consumer is not None:
-            return migration.heartbeat(self, consumer, req, now)
-        return classic.heartbeat(self, req, now)
+            return migration.heartbeat(self.context, consumer, req, now)
+        return classic.heartbeat(self.context, req, now)
 
     def _leave_group(self, req: LeaveGroupRequest, now: int):
         consumer = self.state.groups.get(req.group_id)
         if consumer is not None:
-            return migration.leave(self, consumer, req, now)
-        return classic.leave_group(self, req, now)
+            return migration.leave(self.context, consumer, req, now)
+        return classic.leave_group(self.context, req, now)
 
     _WRITE_HANDLERS: dict[type, Callable] = {
         ConsumerGroupHeartbeatRequest: _heartbeat,
@@ -933,12 +542,12 @@ class GroupCoordinatorShard:
         raise TypeError(f"not a coordinator read request: {type(request).__name__}")
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
-        return offset_ops.fetch_offsets(self, req)
+        return offset_ops.fetch_offsets(self.context, req)
 
     def describe_groups(self, req: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
         described = []
         for gid in req.group_ids:
-            if _blank(gid):
+            if blank(gid):
                 described.append(DescribedGroup(gid, Errors.INVALID_GROUP_ID, "Group id can't be empty."))
                 continue
             group = self.committed_state(gid).groups.get(gid)
@@ -948,61 +557,13 @@ class GroupCoordinatorShard:
                            else f"Group {gid} not found.")
                 described.append(DescribedGroup(gid, Errors.GROUP_ID_NOT_FOUND, message))
                 continue
-            described.append(self._describe(group))
+            described.append(consumer.describe(self.context, group))
         return ConsumerGroupDescribeResponse(tuple(described))
-
-    def _describe(self, group: ConsumerGroup) -> DescribedGroup:
-        members = []
-        for member_id in sorted(group.members):
-            m = group.members[member_id]
-            members.append(DescribedMember(
-                member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
-                client_id=m.client_id, client_host=m.client_host,
-                subscribed_topic_names=tuple(sorted(m.subscribed_topic_names)),
-                subscribed_topic_regex=m.subscribed_topic_regex or None,
-                assignment=self._describe_assignment(m.assigned_partitions),
-                target_assignment=self._describe_assignment(group.target_assignment.get(member_id, EMPTY_ASSIGNMENT)),
-                member_type=0 if m.is_classic else 1,
-            ))
-        return DescribedGroup(
-            group_id=group.group_id, group_state=group.state().value, group_epoch=group.group_epoch,
-            assignment_epoch=group.assignment_epoch,
-            assignor_name=self.assignor_name(group),
-            members=tuple(members),
-        )
-
-    def _describe_assignment(self, assignment: Assignment) -> tuple[DescribedTopicPartitions, ...]:
-        by_id = self.image.by_id
-        out = []
-        for topic_id in sorted(assignment, key=lambda t: (by_id[t].name if t in by_id else "", t)):
-            topic = by_id.get(topic_id)
-            if topic is not None:
-                out.append(DescribedTopicPartitions(topic_id, topic.name, tuple(assignment[topic_id])))
-        return tuple(out)
 
     def describe_classic_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
         """DescribeGroups (API 15): classic groups as Kafka describes them, consumer groups as Kafka
         4.0 does (see `_describe_as_classic`)."""
-        return classic.describe_groups(self, req)
-
-    def _describe_as_classic(self, group: ConsumerGroup) -> DescribedClassicGroup:
-        """A consumer group in DescribeGroups (Kafka 4.0): its state name, protocol type `consumer`,
-        the assignor as protocol data, each member's subscription and current assignment encoded
-        in the ConsumerProtocol."""
-        by_id = self.image.by_id
-        members = []
-        for member_id in sorted(group.members):
-            m = group.members[member_id]
-            owned = tuple((by_id[t].name, tuple(ps)) for t, ps in sorted(
-                m.assigned_partitions.items(), key=lambda kv: by_id[kv[0]].name if kv[0] in by_id else "")
-                if t in by_id)
-            subscription = encode_subscription(Subscription(tuple(sorted(group.member_topic_names(m))), None, owned,
-                                                            -1, m.rack_id))
-            members.append(DescribedClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                                  subscription, encode_assignment(ProtocolAssignment(owned))))
-        assignor = self.assignor_name(group)
-        return DescribedClassicGroup(group.group_id, group_state=group.state().value, protocol_type=PROTOCOL_TYPE,
-                                     protocol_data=assignor, members=tuple(members))
+        return classic.describe_groups(self.context, req)
 
     def list_groups(self, req: ListGroupsRequest | None = None) -> ListGroupsResponse:
         req = req or ListGroupsRequest()
@@ -1055,34 +616,6 @@ class GroupCoordinatorShard:
     def group(self, group_id: str) -> ConsumerGroup | None:
         """The live (possibly uncommitted) consumer group, for tests and tooling."""
         return self.state.groups.get(group_id)
-
-
-def _check_member_epoch(member: ConsumerGroupMember, received: int,
-                        owned: Mapping[uuid.UUID, Iterable[int]] | None) -> None:
-    """Kafka's epoch fencing, with the trunk rule that a known member may rejoin with epoch 0."""
-    stored = member.member_epoch
-    if received == 0 or received == stored:
-        return
-    if received > stored:
-        raise CoordinatorError(
-            Errors.FENCED_MEMBER_EPOCH,
-            f"The consumer group member has a greater member epoch ({received}) than the one known by the "
-            f"group coordinator ({stored}). The member must abandon all its partitions and rejoin.",
-        )
-    if received != member.previous_member_epoch or owned is None or not _is_subset(owned, member.assigned_partitions):
-        raise CoordinatorError(
-            Errors.FENCED_MEMBER_EPOCH,
-            f"The consumer group member has a smaller member epoch ({received}) than the one known by the "
-            f"group coordinator ({stored}). The member must abandon all its partitions and rejoin.",
-        )
-
-
-def _is_subset(owned: Mapping[uuid.UUID, Iterable[int]], assigned: Assignment) -> bool:
-    for topic_id, parts in owned.items():
-        parts = tuple(parts)
-        if parts and not set(parts).issubset(assigned.get(topic_id, ())):
-            return False
-    return True
 
 
 def _error_response(request: object, err: CoordinatorError) -> object:

@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from cohort.assignors.api import Assignor, GroupSpec, MemberSubscription, SubscriptionType
 from cohort.coordinator.consumer_group import ConsumerGroup
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.metadata import MetadataImage
-from cohort.coordinator.records import EMPTY_ASSIGNMENT, Assignment
+from cohort.coordinator.records import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+)
+
+if TYPE_CHECKING:
+    from cohort.coordinator.context import GroupContext
 
 LagProvider = Callable[[str, uuid.UUID, int], Sequence[int] | None]
 
@@ -143,3 +154,18 @@ def _normalise(assignment: Mapping) -> Assignment:
         if not parts or type(parts) is not tuple:
             return {t: tuple(sorted(ps)) for t, ps in assignment.items() if ps}
     return assignment
+
+
+def assignor_name(ctx: GroupContext, group: ConsumerGroup) -> str:
+    """The members' most common choice, else the group's `consumer.assignor`, else the broker default."""
+    return (group.preferred_assignor(ctx.config.consumer_assignors)
+            or ctx.state.group_config(group.group_id).assignor
+            or ctx.config.consumer_assignors[0])
+
+
+def write_target(ctx: GroupContext, gid: str, epoch: int, changed: Mapping[str, Assignment]) -> None:
+    """The records of a new target assignment: the changed members' (by member id), then its epoch."""
+    for member_id in sorted(changed):
+        ctx.append(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
+                   ConsumerGroupTargetAssignmentMemberValue(changed[member_id]))
+    ctx.append(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))
