@@ -193,9 +193,10 @@ declare("log.cleaner.min.cleanable.ratio", float, 0.5, "Compact a log once this 
 declare("log.cleaner.delete.retention.ms", int, 86400000, "Compaction keeps a tombstone this long "
         "(by its timestamp) so readers see the delete, then drops it. Topic config "
         "`delete.retention.ms` overrides it.", minimum=0, group="log", dynamic=True)
-declare("offsets.topic.num.partitions", int, 1, "Shards of the group coordinator (partitions of "
-        "`__consumer_offsets`). cohort runs one shard today, so only 1 is accepted.", minimum=1, maximum=1,
-        group="log")
+declare("offsets.topic.num.partitions", int, 1, "Shards of the group coordinator: partitions of "
+        "`__consumer_offsets`, each with its own log, state and load; a group lives in the one Kafka's hash of its id "
+        "picks. Read when the topic is created (as in Kafka): changing it later keeps the existing partition count.",
+        minimum=1, maximum=1000, group="log")
 declare("offsets.topic.roll.ms", int, 600000, "Roll the `__consumer_offsets` active segment at this age "
         "so compaction keeps the log, and the replay on start, close to the live state.", minimum=1,
         group="log")

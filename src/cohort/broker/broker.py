@@ -38,6 +38,7 @@ from cohort.log.producer_state import ProducerStateError
 from cohort.log.segment import now_ms
 from cohort.security import files
 from cohort.protocol.records import TRANSACTIONAL_FLAG, iter_batches
+from cohort.stats import Histogram
 
 # Kafka error codes used by the data plane.
 NONE = 0
@@ -147,10 +148,22 @@ class Broker:
                     _log.warning("topic %s: partition %d had no directory (a create cut short); created it empty",
                                  topic.name, p)
             self._open_partitions(topic)
+        wanted = config["offsets.topic.num.partitions"]
         if OFFSETS_TOPIC not in self.state.topics:
-            self.create_topic(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"}, internal=True)
-        self.coordinator_log = CoordinatorLog(self.logs[(OFFSETS_TOPIC, 0)], linger_ms=config["group.coordinator.append.linger.ms"])
-        self.coordinator_log.add_listener(lambda: self._notify_append(OFFSETS_TOPIC, 0))
+            self.create_topic(OFFSETS_TOPIC, wanted, {"cleanup.policy": "compact"}, internal=True)
+        shards = self.state.topics[OFFSETS_TOPIC].partitions
+        if shards != wanted:  # Kafka too reads the setting only when it creates the topic
+            _log.warning("offsets.topic.num.partitions is %d, but %s was created with %d partitions: the group "
+                         "coordinator keeps %d shards (groups are placed by partition count)", wanted, OFFSETS_TOPIC,
+                         shards, shards)
+        append_seconds, fsync_seconds = Histogram(), Histogram()  # one pair over every shard's log
+        self.coordinator_logs: list[CoordinatorLog] = []
+        for p in range(shards):
+            clog = CoordinatorLog(self.logs[(OFFSETS_TOPIC, p)], linger_ms=config["group.coordinator.append.linger.ms"],
+                                  append_seconds=append_seconds, fsync_seconds=fsync_seconds)
+            clog.add_listener(lambda p=p: self._notify_append(OFFSETS_TOPIC, p))
+            self.coordinator_logs.append(clog)
+        self.coordinator_log = self.coordinator_logs[0]  # the only one unless offsets.topic.num.partitions > 1
         self.store.save(self.state)
 
     @property
@@ -561,7 +574,7 @@ class Broker:
 
     def high_watermark(self, name: str, partition: int) -> int:
         if name == OFFSETS_TOPIC:
-            return self.coordinator_log.high_watermark
+            return self.coordinator_logs[partition].high_watermark
         return self.logs[(name, partition)].end_offset
 
     def produce(self, name: str, partition: int, records: bytes | None, *, version: int = 9, now: int | None = None) -> ProduceResult:
@@ -701,7 +714,7 @@ class Broker:
             topic = self.state.topics.get(name)
             if topic is None or "compact" not in self.topic_setting(topic, "cleanup.policy").split(","):
                 continue
-            upto = self.coordinator_log.high_watermark if name == OFFSETS_TOPIC else None
+            upto = self.coordinator_logs[partition].high_watermark if name == OFFSETS_TOPIC else None
             ratio = float(self.topic_setting(topic, "min.cleanable.dirty.ratio"))
             dirty = log.dirty_ratio(upto)
             if dirty > 0 and dirty >= ratio:
@@ -715,12 +728,12 @@ class Broker:
         now = now_ms() if now is None else now
         topic = self.state.topics[name]
         log = self.logs[(name, partition)]
-        upto = self.coordinator_log.high_watermark if name == OFFSETS_TOPIC else None
+        upto = self.coordinator_logs[partition].high_watermark if name == OFFSETS_TOPIC else None
         segments = log.closed_segments(upto)
         if not segments:
             return None
         horizon = now - int(self.topic_setting(topic, "delete.retention.ms"))
-        guard = self.coordinator_log.compaction_guard() if name == OFFSETS_TOPIC else None
+        guard = CoordinatorLog.compaction_guard() if name == OFFSETS_TOPIC else None
         plan = await asyncio.get_running_loop().run_in_executor(None, fileio.in_worker, compaction.build, log, segments,
                                                               horizon, guard)
         if self.logs.get((name, partition)) is not log or not log.swap_segments(plan.old, plan.new):

@@ -1,4 +1,5 @@
-"""The group coordinator's durable record log: partition 0 of ``__consumer_offsets``.
+"""A group coordinator shard's durable record log: one partition of ``__consumer_offsets``
+(the local implementation of `cohort.server.runtime.RecordLog`).
 
 ``append_records`` writes a batch at once (so offsets follow call order and the in-memory state
 the coordinator already replayed matches the log) and returns a future that resolves with the
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Iterator, Sequence
+from typing import AsyncIterator, Iterator, Sequence
 
 from cohort.log import PartitionLog, fileio
 from cohort.log.batches import batch_records
@@ -67,7 +68,8 @@ class MemberOrderGuard:
 
 
 class CoordinatorLog:
-    def __init__(self, log: PartitionLog, *, linger_ms: int = 0) -> None:
+    def __init__(self, log: PartitionLog, *, linger_ms: int = 0, append_seconds: Histogram | None = None,
+                 fsync_seconds: Histogram | None = None) -> None:
         self.log = log
         self.linger_ms = linger_ms
         self.high_watermark = log.end_offset  # everything found on open survived recovery
@@ -75,8 +77,8 @@ class CoordinatorLog:
         self._flushing = False
         self._listeners: list = []
         self.failed: OSError | None = None
-        self.append_seconds = Histogram()  # writing a batch (before its fsync)
-        self.fsync_seconds = Histogram()  # one fsync, as the event loop waits for it
+        self.append_seconds = append_seconds or Histogram()  # writing a batch (before its fsync)
+        self.fsync_seconds = fsync_seconds or Histogram()  # one fsync, as the event loop waits for it
 
     @staticmethod
     def compaction_guard() -> MemberOrderGuard:
@@ -156,6 +158,18 @@ class CoordinatorLog:
         for _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
+
+    @property
+    def end_offset(self) -> int:
+        """One past the last record written (a failed fsync cuts it back to the high watermark)."""
+        return self.log.end_offset
+
+    async def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
+        """`read_all` for the coordinator runtime's replay, yielding to the event loop now and then."""
+        for n, record in enumerate(self.read_all(), 1):
+            yield record
+            if n % 2000 == 0:
+                await asyncio.sleep(0)
 
     def read_all(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         """(offset, key, value) for every record in the log, oldest first, for replay."""

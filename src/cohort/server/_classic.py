@@ -118,7 +118,7 @@ class ClassicApi:
         def fail(code: int, _: str) -> Any:
             return join_response(resp, version, rq.JoinGroupResponse(error_code=code, member_id=body.member_id))
 
-        if not self.c.loaded:
+        if not self.c.serving(body.group_id):
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
         if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
@@ -131,7 +131,7 @@ class ClassicApi:
         def fail(code: int, _: str) -> Any:
             return sync_response(resp, rq.SyncGroupResponse(error_code=code))
 
-        if not self.c.loaded:
+        if not self.c.serving(req.body.group_id):
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
         if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
@@ -143,7 +143,7 @@ class ClassicApi:
         def answer(r: Any) -> Any:
             return build(resp, throttle_time=ZERO, error_code=err(r.error_code))
 
-        if not self.c.loaded:
+        if not self.c.serving(body.group_id):
             return answer(rq.HeartbeatResponse(Errors.COORDINATOR_LOAD_IN_PROGRESS))
         if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
             return answer(rq.HeartbeatResponse(Errors.GROUP_AUTHORIZATION_FAILED))
@@ -158,7 +158,7 @@ class ClassicApi:
         def fail(code: int, _: str) -> Any:
             return leave_response(resp, version, rq.LeaveGroupResponse(code))
 
-        if not self.c.loaded:
+        if not self.c.serving(req.body.group_id):
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
         if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
@@ -171,16 +171,21 @@ class ClassicApi:
         ops = getattr(body, "include_authorized_operations", False)
         if ops and ctx.server.authorizer is not None:
             ops = lambda group: ctx.authorized_operations(acls.GROUP, group, GROUP_OPS)  # noqa: E731
-        if not self.c.loaded:
+        if body.groups and not any(self.c.serving(g) for g in body.groups):
             return describe_response(resp, [rq.DescribedClassicGroup(g, Errors.COORDINATOR_LOAD_IN_PROGRESS)
                                             for g in body.groups], False)
+        valid = [g for g in body.groups if g and g.strip() and ctx.authorize(acls.DESCRIBE, acls.GROUP, g)]
 
         def describe() -> Any:
-            valid = [g for g in body.groups if g and g.strip() and ctx.authorize(acls.DESCRIBE, acls.GROUP, g)]
-            found = {g.group_id: g for g in self.c.shard.describe_classic_groups(
-                rq.DescribeGroupsRequest(tuple(valid), ops, version)).groups}
+            found = {}
+            for runtime, ids in self.c.by_runtime(valid).items():
+                if not runtime.loaded:
+                    found.update((g, rq.DescribedClassicGroup(g, Errors.COORDINATOR_LOAD_IN_PROGRESS)) for g in ids)
+                    continue
+                found.update((g.group_id, g) for g in runtime.shard.describe_classic_groups(
+                    rq.DescribeGroupsRequest(tuple(ids), ops, version)).groups)
             return describe_response(resp, [found[g] if g in found else rq.DescribedClassicGroup(
                 g, Errors.INVALID_GROUP_ID if not (g and g.strip()) else Errors.GROUP_AUTHORIZATION_FAILED)
                 for g in body.groups], ops)
 
-        return self.c.read(ctx, describe)
+        return self.c.read(ctx, valid, describe)

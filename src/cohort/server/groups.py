@@ -31,12 +31,11 @@ gives the shard what it cannot have itself: a clock, a durable log, timers and t
 from __future__ import annotations
 
 import asyncio
-import collections
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from kio.schema.errors import ErrorCode
@@ -45,7 +44,16 @@ from cohort.assignors import registry
 from cohort.broker import BrokerError
 from cohort.broker.lag_snapshot import SnapshotLagProvider
 from cohort.config import REGISTRY, ConfigError, declare
-from cohort.coordinator import CoordinatorConfig, GroupCoordinatorShard, MetadataImage, TopicImage, decode, encode
+from cohort.broker.coordinator_log import OFFSETS_TOPIC
+from cohort.coordinator import (
+    CoordinatorConfig,
+    GroupCoordinatorShard,
+    MetadataImage,
+    TopicImage,
+    decode,
+    encode,
+    partition_for,
+)
 from cohort.coordinator import requests as rq
 from cohort.coordinator.config import INT_MAX
 from cohort.coordinator.errors import Errors
@@ -54,6 +62,7 @@ from cohort.protocol import DecodedRequest
 from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
 from cohort.server import _classic, overview
+from cohort.server.runtime import ConnectionOrder, CoordinatorRuntime, Failed, now_ms
 from cohort.server import _group_codec as wire
 from cohort.server.configs import APPEND, DEFAULT_CONFIG, DELETE, GROUP, GROUP_CONFIG, SET, SUBTRACT, ConfigEntry
 from cohort.stats import Histogram
@@ -140,10 +149,6 @@ def coordinator_config(config: Any) -> CoordinatorConfig:
     return result
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class BrokerLogOffsets(Mapping):
     """The broker's log start / end offsets by topic id, read when the shard asks (a live view:
     nothing is copied until a group's lag is computed, and the values are always current)."""
@@ -179,19 +184,6 @@ class BrokerLogOffsets(Mapping):
         return sum(1 for t in self._broker.topics.values() if not t.internal)
 
 
-class AppendFailed(Exception):
-    """The records of a write could not be made durable; the shard was reverted."""
-
-
-@dataclass(eq=False)
-class _Append:
-    """One write's records in flight: shard offsets [start, end) and when they are durable."""
-
-    start: int
-    end: int
-    durable: asyncio.Future = field(repr=False)  # True once committed, False if reverted
-
-
 def install(server: "Server") -> None:
     coordinator = GroupCoordinator(server)
     server.group_coordinator = coordinator  # type: ignore[attr-defined]
@@ -212,10 +204,16 @@ def install(server: "Server") -> None:
 
 
 class GroupCoordinator:
+    """The group coordinator's shards (one per `__consumer_offsets` partition), each hosted by a
+    `CoordinatorRuntime`, and the routing of every group API to them: a group's requests go to
+    the shard Kafka's hash of its id picks (`partition_for`); requests naming several groups are
+    split by shard and their answers joined; ListGroups asks every shard. A shard that is loading
+    answers COORDINATOR_LOAD_IN_PROGRESS while the others serve."""
+
     def __init__(self, server: "Server") -> None:
         self.server = server
         self.broker = server.broker
-        self.log = server.broker.coordinator_log
+        self.log = server.broker.coordinator_log  # partition 0's; its histograms cover every shard
         self.config = coordinator_config(server.config)
         self.offload_min_members = server.config["group.coordinator.offload.min.members"]
         self.snapshots: SnapshotLagProvider | None = None
@@ -229,71 +227,147 @@ class GroupCoordinator:
                                                          self.assignor_seconds.setdefault(name, Histogram()))
             except registry.UnknownAssignorError:
                 pass  # the shard reports it when a group asks for it
-        if self.config.lag_source == "local":
-            self.shard = GroupCoordinatorShard(self.config, assignors=assignors)
-            self.shard.update_log_offsets(BrokerLogOffsets(self.broker))
-        else:
+        if self.config.lag_source != "local":
             self.snapshots = SnapshotLagProvider(self.config.lag_source, self._topic_name)
-            self.shard = GroupCoordinatorShard(self.config, lag_provider=self.snapshots, assignors=assignors)
         self._snapshot_checked: int | None = None
-        self.loaded = False
-        self._lock = asyncio.Lock()  # held while the shard is used across an await
-        self._inflight: collections.deque[_Append] = collections.deque()
-        self._tail: _Append | None = None  # the latest write in flight
-        self._log_end = self.log.log.end_offset
-        self._metadata_stale = True
-        self._conn_last: dict[int, asyncio.Task] = {}  # id(ctx) -> the connection's last request still waiting
-        self._parked: dict[int, asyncio.Future] = {}  # request id -> resolved with its completion
-        self._wake = asyncio.Event()
-        self._sleep_until: int | None = None
+        self.loaded = False  # every shard loaded (readiness); each runtime says so for its own shard
+        self.order = ConnectionOrder()
+        self.runtimes: list[CoordinatorRuntime] = []
+        for p, clog in enumerate(self.broker.coordinator_logs):
+            if self.snapshots is None:
+                shard = GroupCoordinatorShard(self.config, assignors=assignors)
+                shard.update_log_offsets(BrokerLogOffsets(self.broker))
+            else:
+                shard = GroupCoordinatorShard(self.config, lag_provider=self.snapshots, assignors=assignors)
+            self.runtimes.append(CoordinatorRuntime(
+                f"{OFFSETS_TOPIC}-{p}", shard, clog, encode=encode, decode=decode,
+                offload=lambda fn, *args: server.offload(fn, *args),  # looked up per call (tests wrap it)
+                order=self.order, loading_message=wire.LOADING,
+                prepare=lambda p=p: self._refresh_metadata(p),
+                on_records=self._observe, on_revert=self.changes.everything,
+                needs_offload=lambda req, shard=shard: self._needs_offload(shard, req),
+                heavy_expiry=shard.lag_evaluation_due, before_expiry=self._refresh_snapshot,
+                timer_period=self._snapshot_period))
+        self.shards = [r.shard for r in self.runtimes]
+        self._stale = set(range(len(self.runtimes)))  # shards whose topic image is out of date
+        self._image: tuple[int, MetadataImage] | None = None  # (broker topic version, image) last built
         self._hb = {}  # version -> HeartbeatEncoder
         self.names = wire.TopicNames(self.broker.topic_by_id, self.broker.topics.get)
+
+    # --- placement ---------------------------------------------------------------------------
+
+    @property
+    def shard(self) -> GroupCoordinatorShard:
+        """The one shard (tests and tools of a single-partition coordinator); see `runtime_for`."""
+        if len(self.shards) != 1:
+            raise AttributeError("the group coordinator has several shards: use runtime_for(group_id)")
+        return self.shards[0]
+
+    def runtime_for(self, group_id: str) -> CoordinatorRuntime:
+        runtimes = self.runtimes
+        return runtimes[0] if len(runtimes) == 1 else runtimes[partition_for(group_id, len(runtimes))]
+
+    def shard_for(self, group_id: str) -> GroupCoordinatorShard:
+        return self.runtime_for(group_id).shard
+
+    def serving(self, group_id: str) -> bool:
+        """The group's shard has loaded (else: COORDINATOR_LOAD_IN_PROGRESS)."""
+        return self.runtime_for(group_id).loaded
+
+    def by_runtime(self, group_ids: Any) -> dict[CoordinatorRuntime, list[str]]:
+        """Group ids by the runtime of their shard, in shard order (ids keep their order)."""
+        out: dict[CoordinatorRuntime, list[str]] = {}
+        for gid in group_ids:
+            out.setdefault(self.runtime_for(gid), []).append(gid)
+        index = {id(r): n for n, r in enumerate(self.runtimes)}
+        return dict(sorted(out.items(), key=lambda item: index[id(item[0])]))
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def load(self) -> None:
-        """Replay the coordinator log, then serve (yielding to the loop while replaying)."""
+        """Replay every shard's log (concurrently: one slow shard does not hold the others up)."""
         started = time.monotonic()
-        async with self._lock:
-            count = skipped = 0
-            for offset, key, value in self.log.read_all():
-                try:
-                    self.shard.replay(decode(key, value))
-                except Exception as exc:  # noqa: BLE001 - one bad record must not lose the rest
-                    skipped += 1
-                    log.error("coordinator log offset %d cannot be replayed, skipped: %s", offset, exc)
-                count += 1
-                if count % 2000 == 0:
-                    await asyncio.sleep(0)
-            self._refresh_metadata()
-            self.shard.on_loaded(now_ms())
-            self._log_end = self.log.log.end_offset
-            await self._refresh_snapshot(now_ms())
-            self.changes.everything()  # readers that subscribed before the replay read it all
-            self.loaded = True
-        log.info("group coordinator loaded %d records (%d skipped) in %.2f s; %d groups",
-                 count, skipped, time.monotonic() - started, len(self.shard.state.groups))
-        self.server.spawn(self._timer_loop())
+
+        async def one(runtime: CoordinatorRuntime) -> tuple[int, int]:
+            counts = await runtime.load()
+            self.server.spawn(runtime.timer_loop())
+            return counts
+
+        totals = await asyncio.gather(*(one(r) for r in self.runtimes))
+        await self._refresh_snapshot(now_ms())
+        self.changes.everything()  # readers that subscribed before the replay read it all
+        self.loaded = True
+        log.info("group coordinator loaded %d records (%d skipped) in %.2f s over %d shard(s); %d groups",
+                 sum(c for c, _ in totals), sum(s for _, s in totals), time.monotonic() - started,
+                 len(self.runtimes), sum(len(s.state.groups) for s in self.shards))
+
+    async def unload(self) -> None:
+        """Shutdown hook: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded)."""
+        self.loaded = False
+        for runtime in self.runtimes:
+            runtime.unload()
+
+    def _observe(self, records: list) -> None:
+        self.timeline.observe(records, now_ms())
+        self.changes.observe(records)
+
+    def _snapshot_period(self) -> float | None:
+        """With lag snapshots, look for a newer one at least once per evaluation interval."""
+        return None if self.snapshots is None else self.config.lag_rebalance_interval_ms / 1000
+
+    # --- views for /metrics and the dashboard (read on the event loop) -----------------------
 
     def groups(self, only: str | None = None) -> list[overview.GroupView]:
-        """What the shard holds now, for /metrics and the dashboard (read on the event loop)."""
-        self._refresh_metadata()
-        return overview.group_views(self.shard, self._topic_name, only)
+        """What the shards hold now."""
+        if only is not None:
+            return overview.group_views(self._fresh(self.shard_for(only)), self._topic_name, only)
+        return self._merged([overview.group_views(self._fresh(s), self._topic_name) for s in self.shards])
 
     def group_lags(self, only: Any = None) -> list[overview.GroupLag]:
-        """The cheap per-group summary /metrics renders, of every group or of `only` (read on the event loop)."""
-        self._refresh_metadata()
-        return overview.group_lags(self.shard, self._topic_name, only)
+        """The cheap per-group summary /metrics renders, of every group or of `only`."""
+        if len(self.shards) == 1:
+            return overview.group_lags(self._fresh(self.shards[0]), self._topic_name, only)
+        if only is None:
+            return self._merged([overview.group_lags(self._fresh(s), self._topic_name) for s in self.shards])
+        by_shard: dict[int, list[str]] = {}
+        for gid in only:
+            by_shard.setdefault(id(self.shard_for(gid)), []).append(gid)
+        found = {g.group_id: g for s in self.shards if id(s) in by_shard
+                 for g in overview.group_lags(self._fresh(s), self._topic_name, by_shard[id(s)])}
+        return [found[gid] for gid in only if gid in found]
 
     def group_ids(self) -> list[str]:
-        return overview.group_ids(self.shard)
+        if len(self.shards) == 1:
+            return overview.group_ids(self.shards[0])
+        return sorted(gid for s in self.shards for gid in overview.group_ids(s))
 
     def committed_offsets(self, group_ids: Any) -> list[Any]:
-        return overview.committed_offsets(self.shard, group_ids)
+        if len(self.shards) == 1:
+            return overview.committed_offsets(self.shards[0], group_ids)
+        shard_for = self.shard_for
+        return [shard_for(gid).state.offsets.get(gid) for gid in group_ids]
 
     def live_classic(self) -> dict[str, tuple]:
         """What changes in memory of each classic group with members (see `overview.live_classic`)."""
-        return overview.live_classic(self.shard)
+        out: dict[str, tuple] = {}
+        for s in self.shards:
+            out.update(overview.live_classic(s))
+        return out
+
+    def lag_balance(self) -> dict[str, Any]:
+        """Each lag-assigned group's evaluation state (soft state of its shard)."""
+        out: dict[str, Any] = {}
+        for s in self.shards:
+            out.update(s.lag_balance)
+        return out
+
+    @staticmethod
+    def _merged(parts: list[list]) -> list:
+        return parts[0] if len(parts) == 1 else sorted((g for part in parts for g in part), key=lambda g: g.group_id)
+
+    def _fresh(self, shard: GroupCoordinatorShard) -> GroupCoordinatorShard:
+        self._refresh_metadata(self.shards.index(shard) if len(self.shards) > 1 else 0)
+        return shard
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         try:
@@ -315,277 +389,55 @@ class GroupCoordinator:
             log.warning("lag snapshot not used: %s", self.snapshots.error)
 
     def topics_changed(self) -> None:
-        self._metadata_stale = True  # applied before the next shard access (heartbeats refresh lazily)
+        self._stale.update(range(len(self.runtimes)))  # applied before each shard's next access
         self.changes.everything()  # topic names in /metrics labels
 
-    def _refresh_metadata(self) -> None:
-        if not self._metadata_stale:
+    def _refresh_metadata(self, index: int) -> None:
+        if index not in self._stale:
             return
-        self._metadata_stale = False
+        self._stale.discard(index)
         snap = self.broker.metadata_snapshot()
-        self.shard.update_metadata(MetadataImage.of(
-            (TopicImage(t.name, t.topic_id, t.num_partitions) for t in snap.topics.values() if not t.internal),
-            snap.version))
+        if self._image is None or self._image[0] != snap.version:  # one image shared by every shard
+            self._image = (snap.version, MetadataImage.of(
+                (TopicImage(t.name, t.topic_id, t.num_partitions) for t in snap.topics.values() if not t.internal),
+                snap.version))
+        self.shards[index].update_metadata(self._image[1])
 
-    # --- exclusive access, durability --------------------------------------------------------
-
-    def _free(self, ctx: Any) -> bool:
-        """True if the shard may be used right now for this connection's request."""
-        if not self.loaded or self._lock.locked():
-            return False
-        last = self._conn_last.get(id(ctx))
-        return last is None or last.done()
-
-    def _later(self, ctx: Any, coro, *, in_order: bool = True) -> asyncio.Future:
-        """Run ``coro`` as a task. With ``in_order`` it starts once the connection's previous
-        request is answered (Kafka handles one request per connection at a time); later
-        requests of the connection wait behind it either way."""
-        key = id(ctx)
-        previous = self._conn_last.get(key) if in_order else None
-
-        async def run() -> Any:
-            if previous is not None and not previous.done():
-                await asyncio.wait((previous,))
-            return await coro
-
-        return self._track(ctx, asyncio.ensure_future(run()))
-
-    def _track(self, ctx: Any, fut: asyncio.Future) -> asyncio.Future:
-        """Make ``fut`` the connection's last pending request, so later ones wait behind it."""
-        key = id(ctx)
-        self._conn_last[key] = fut
-
-        def done(_: asyncio.Future) -> None:
-            if self._conn_last.get(key) is fut:
-                del self._conn_last[key]
-
-        fut.add_done_callback(done)
-        return fut
-
-    def _when_durable(self, ctx: Any, entry: _Append, response: Any, answer, fail) -> asyncio.Future:
-        """The answer to a write, resolved by a callback once its records are durable (a plain
-        future rather than a task: this is the path of every offset commit)."""
-        out = asyncio.get_running_loop().create_future()
-
-        def settle(durable: asyncio.Future) -> None:
-            if out.done():
-                return
-            try:
-                ok = durable.result()
-                out.set_result(answer(response) if ok else
-                               fail(Errors.NOT_COORDINATOR, "the coordinator log write failed"))
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting handler
-                out.set_exception(exc)
-
-        entry.durable.add_done_callback(settle)
-        return self._track(ctx, out)
-
-    def _prepare(self) -> None:
-        """Before touching the shard: notice a log cut back by a failed fsync, apply metadata."""
-        if self._inflight and self.log.log.end_offset < self._log_end:
-            self._revert_inflight()
-        self._refresh_metadata()
-
-    def _persist(self, result: rq.Result) -> _Append | None:
-        """Append the records of a write; returns what to wait for before answering (None: nothing)."""
-        records = result.records
-        if not records:
-            self._maybe_wake_timers()  # a parked join may have armed a timer without writing
-            tail = self._tail
-            entry = None if tail is None or self.shard.last_committed_offset >= result.end_offset else tail
-            self._deliver(result.completions, entry)
-            return entry
-        start = result.end_offset - len(records)
-        try:
-            fut = self.log.append_records([encode(r) for r in records])
-        except OSError as exc:
-            log.error("coordinator log append failed: %s", exc)
-            released = self.shard.revert(start)
-            self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operation cancelled or fired
-            self.changes.everything()
-            self._release(_lost(result.completions))
-            self._release(released)
-            raise AppendFailed(str(exc)) from None
-        self.timeline.observe(records, now_ms())
-        self.changes.observe(records)
-        entry = _Append(start, result.end_offset, asyncio.get_running_loop().create_future())
-        self._inflight.append(entry)
-        self._tail = entry
-        self._log_end = self.log.log.end_offset
-        fut.add_done_callback(lambda f: self._appended(entry, f))
-        self._maybe_wake_timers()
-        self._deliver(result.completions, entry)
-        return entry
-
-    def _deliver(self, completions: Any, entry: _Append | None) -> None:
-        """Answer parked requests released by a result once its records are durable."""
-        if not completions:
-            return
-        if entry is None:
-            self._release(completions)
-        else:
-            entry.durable.add_done_callback(
-                lambda f: self._release(completions if f.result() else _lost(completions)))
-
-    def _release(self, completions: Any) -> None:
-        for request_id, response in completions:
-            fut = self._parked.pop(request_id, None)
-            if fut is not None and not fut.done():
-                fut.set_result(response)
-
-    def park(self, parked: rq.Parked) -> asyncio.Future:
-        """The future of a parked request; register it before the loop runs anything else."""
-        fut = asyncio.get_running_loop().create_future()
-        self._parked[parked.request_id] = fut
-        return fut
-
-    async def unload(self) -> None:
-        """Shutdown hook: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded)."""
-        if self.loaded:
-            self.loaded = False
-            self._release(self.shard.unload())
-
-    def _appended(self, entry: _Append, fut: asyncio.Future) -> None:
-        if entry.durable.done():
-            return  # already reverted
-        if fut.cancelled() or fut.exception() is not None:
-            log.error("coordinator log fsync failed: %s", None if fut.cancelled() else fut.exception())
-            self._revert_inflight()
-            return
-        while self._inflight and self._inflight[0].end <= entry.end:
-            done = self._inflight.popleft()
-            if not done.durable.done():
-                done.durable.set_result(True)
-        self.shard.commit(entry.end)
-        if self._tail is entry:
-            self._tail = None
-
-    def _revert_inflight(self) -> None:
-        """Every write still in flight is lost (the log was cut back to its durable end)."""
-        if not self._inflight:
-            return
-        released = self.shard.revert(self._inflight[0].start)
-        self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operations cancelled or fired
-        self.changes.everything()
-        for entry in self._inflight:
-            entry.durable.set_result(False)
-        self._inflight.clear()
-        self._tail = None
-        self._log_end = self.log.log.end_offset
-        self._release(released)
-
-    def _needs_offload(self, req: Any) -> bool:
+    def _needs_offload(self, shard: GroupCoordinatorShard, req: Any) -> bool:
         """A heartbeat that may compute a target assignment for a large group."""
         if type(req) is not rq.ConsumerGroupHeartbeatRequest:
             return False
-        group = self.shard.state.groups.get(req.group_id)
+        group = shard.state.groups.get(req.group_id)
         if group is None or len(group.members) < self.offload_min_members:
             return False
         return (req.member_epoch <= 0 or req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None
-                or group.group_epoch > group.assignment_epoch or group.refresh_metadata or self._metadata_stale)
+                or group.group_epoch > group.assignment_epoch or group.refresh_metadata or bool(self._stale))
+
+    # --- running requests on the shards --------------------------------------------------------
 
     def write(self, ctx: Any, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any:
-        """Run a write: its answer now if nothing needs waiting for, else a task resolving to it."""
-        if self._free(ctx) and not self._needs_offload(req):
-            self._prepare()
-            result = self.shard.handle(req, now_ms())
-            try:
-                entry = self._persist(result)
-            except AppendFailed as exc:
-                return fail(Errors.NOT_COORDINATOR, f"the coordinator log write failed: {exc}")
-            if type(result.response) is rq.Parked:
-                return self._later(ctx, self._answer_parked(self.park(result.response), answer, fail), in_order=False)
-            if entry is None:
-                return answer(result.response)
-            return self._when_durable(ctx, entry, result.response, answer, fail)
-        return self._later(ctx, self._write_waiting(req, answer, fail))
-
-    async def _write_waiting(self, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any:
-        async with self._lock:
-            if not self.loaded:
-                return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
-            self._prepare()
-            if self._needs_offload(req):
-                result = await self.server.offload(self.shard.handle, req, now_ms())
-            else:
-                result = self.shard.handle(req, now_ms())
-            try:
-                entry = self._persist(result)
-            except AppendFailed as exc:
-                return fail(Errors.NOT_COORDINATOR, f"the coordinator log write failed: {exc}")
-            parked = self.park(result.response) if type(result.response) is rq.Parked else None
-        if parked is not None:
-            return await self._answer_parked(parked, answer, fail)
-        if entry is None:
-            return answer(result.response)
-        return await self._answer_when_durable(entry, result, answer, fail)
-
-    async def _answer_parked(self, parked: asyncio.Future, answer, fail) -> Any:
-        response = await parked
-        if isinstance(response, _Failed):
-            return fail(response.code, response.message)
-        return answer(response)
-
-    async def _answer_when_durable(self, entry: _Append, result: rq.Result, answer, fail) -> Any:
-        if await asyncio.shield(entry.durable):
-            return answer(result.response)
-        return fail(Errors.NOT_COORDINATOR, "the coordinator log write failed")
-
-    def read(self, ctx: Any, fn: Callable[[], Any]) -> Any:
-        """Run a read of committed state now, or once the shard is free."""
-        if self._free(ctx):
-            return fn()
-
-        async def waiting() -> Any:
-            async with self._lock:
-                return fn()
-
-        return self._later(ctx, waiting())
+        """A write of one group, on its shard: the answer now, or a future resolving to it."""
+        return self.runtime_for(req.group_id).write(ctx, req, answer, fail)
 
     async def write_async(self, req: Any) -> Any:
         """A write from a caller that is not a request handler (group configs)."""
-        fut = self.write(None, req, lambda r: r, lambda code, msg: _Failed(code, msg))
-        return await fut if isinstance(fut, asyncio.Future) else fut
+        return await self.runtime_for(req.group_id).write_async(req)
 
-    # --- timers ------------------------------------------------------------------------------
+    def read(self, ctx: Any, group_ids: Any, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` (a read of committed state) once the shards of these groups are free: now if
+        they are, else in the connection's order, holding their locks (taken in shard order)."""
+        runtimes = self.runtimes if group_ids is None or len(self.runtimes) == 1 else list(self.by_runtime(group_ids))
+        if all(r.lock.locked() is False for r in runtimes) and self.order.idle(ctx):
+            return fn()
 
-    def _maybe_wake_timers(self) -> None:
-        deadline = self.shard.next_deadline()
-        if deadline is not None and (self._sleep_until is None or deadline < self._sleep_until):
-            self._wake.set()
+        async def waiting() -> Any:
+            async with contextlib.AsyncExitStack() as stack:
+                for r in runtimes:
+                    await stack.enter_async_context(r.lock)
+                return fn()
 
-    async def _timer_loop(self) -> None:
-        """Sleep until the shard's next deadline (or an earlier one is scheduled), then expire."""
-        while True:
-            async with self._lock:
-                deadline = self.shard.next_deadline()
-            self._sleep_until = deadline
-            self._wake.clear()
-            timeout = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
-            if self.snapshots is not None:  # look for a newer lag snapshot at least once per interval
-                period = self.config.lag_rebalance_interval_ms / 1000
-                timeout = period if timeout is None else min(timeout, period)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-            await self._refresh_snapshot(now_ms())
-            async with self._lock:
-                now = now_ms()
-                deadline = self.shard.next_deadline()
-                if deadline is None or deadline > now:
-                    continue
-                self._prepare()
-                if self.shard.lag_evaluation_due(now):
-                    result = await self.server.offload(self.shard.expire, now)  # lag + maybe an assignor run
-                else:
-                    result = self.shard.expire(now)
-                try:
-                    entry = self._persist(result)
-                except AppendFailed:
-                    continue  # reverted, and the timers re-armed
-            if entry is not None and not await asyncio.shield(entry.durable):
-                log.warning("records of expired timers %s were lost; the timers were re-armed", result.response)
+        return self.order.later(ctx, waiting())
+
 
     # --- ConsumerGroupHeartbeat (68) ---------------------------------------------------------
 
@@ -594,7 +446,7 @@ class GroupCoordinator:
         encoder = self._hb.get(req.version)
         if encoder is None:
             encoder = self._hb[req.version] = wire.HeartbeatEncoder(resp_type)
-        if not self.loaded:
+        if not self.serving(req.body.group_id):
             return wire.heartbeat_error(resp_type, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
         if ctx.server.authorizer is not None:  # Kafka: READ on the group, DESCRIBE on every subscribed topic
             if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
@@ -612,40 +464,47 @@ class GroupCoordinator:
 
     def consumer_group_describe(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp = req.body, req.codec.response_type
-        if not self.loaded:
-            return wire.consumer_group_describe_error(resp, tuple(body.group_ids), Errors.COORDINATOR_LOAD_IN_PROGRESS,
-                                                      wire.LOADING)
         ids = tuple(body.group_ids)
+        if not any(self.serving(g) for g in ids) and ids:
+            return wire.consumer_group_describe_error(resp, ids, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
         allowed = tuple(g for g in ids if ctx.authorize(acls.DESCRIBE, acls.GROUP, g))
-        request = rq.ConsumerGroupDescribeRequest(allowed, body.include_authorized_operations)
 
         def describe() -> Any:
-            found = {g.group_id: g for g in self.shard.describe_groups(request).groups} if allowed else {}
+            found = {}
+            for runtime, group_ids in self.by_runtime(allowed).items():
+                if not runtime.loaded:
+                    found.update((g, rq.DescribedGroup(g, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING))
+                                 for g in group_ids)
+                    continue
+                request = rq.ConsumerGroupDescribeRequest(tuple(group_ids), body.include_authorized_operations)
+                found.update((g.group_id, g) for g in runtime.shard.describe_groups(request).groups)
             groups = tuple(found.get(g) or rq.DescribedGroup(g, Errors.GROUP_AUTHORIZATION_FAILED) for g in ids)
             with_ops: Any = body.include_authorized_operations
             if with_ops and ctx.server.authorizer is not None:
                 with_ops = lambda group: ctx.authorized_operations(acls.GROUP, group, GROUP_OPS)  # noqa: E731
             return wire.consumer_group_describe_response(resp, rq.ConsumerGroupDescribeResponse(groups), with_ops)
 
-        return self.read(ctx, describe)
+        return self.read(ctx, allowed, describe)
 
     # --- ListGroups (16); DescribeGroups (15) is in _classic.py ---------------------------------
 
     def list_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp = req.body, req.codec.response_type
-        if not self.loaded:
+        if not all(r.loaded for r in self.runtimes):  # Kafka: a shard's failure is the answer's error
             return wire.list_groups_response(resp, rq.ListGroupsResponse((), Errors.COORDINATOR_LOAD_IN_PROGRESS))
         request = rq.ListGroupsRequest(tuple(getattr(body, "states_filter", ())), tuple(getattr(body, "types_filter", ())))
         everything = ctx.authorize(acls.DESCRIBE, acls.CLUSTER, acls.CLUSTER_NAME)
 
         def listed() -> Any:
-            r = self.shard.list_groups(request)
+            parts = [s.list_groups(request) for s in self.shards]
+            r = parts[0] if len(parts) == 1 else rq.ListGroupsResponse(
+                tuple(sorted((g for part in parts for g in part.groups), key=lambda g: g.group_id)))
             if not everything:  # Kafka: only the groups the principal may describe
                 r = rq.ListGroupsResponse(tuple(g for g in r.groups if ctx.authorize(acls.DESCRIBE, acls.GROUP, g.group_id)),
                                           r.error_code)
             return wire.list_groups_response(resp, r)
 
-        return self.read(ctx, listed)
+        return self.read(ctx, None, listed)
 
     # --- DeleteGroups (42) -------------------------------------------------------------------
 
@@ -655,7 +514,7 @@ class GroupCoordinator:
         def fail(code: int, _: str) -> Any:
             return wire.delete_groups_response(resp, [(g, code) for g in names])
 
-        if not self.loaded:
+        if names and not any(self.serving(g) for g in names):
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
         allowed = tuple(g for g in names if ctx.authorize(acls.DELETE, acls.GROUP, g))
 
@@ -665,7 +524,22 @@ class GroupCoordinator:
 
         if not allowed:
             return answer(None)
-        return self.write(ctx, rq.DeleteGroupsRequest(allowed), answer, fail)
+        parts = self.by_runtime(allowed)
+        if len(parts) == 1:
+            return next(iter(parts)).write(ctx, rq.DeleteGroupsRequest(allowed), answer, fail)
+
+        async def each_shard() -> Any:  # Kafka: one write per shard, the results joined
+            results = await asyncio.gather(*(runtime.write_async(rq.DeleteGroupsRequest(tuple(ids)))
+                                             for runtime, ids in parts.items()))
+            joined: list[rq.DeletedGroup] = []
+            for (_, ids), r in zip(parts.items(), results):
+                if isinstance(r, Failed):
+                    joined.extend(rq.DeletedGroup(g, r.code, r.message) for g in ids)
+                else:
+                    joined.extend(r.results)
+            return answer(rq.DeleteGroupsResponse(tuple(joined)))
+
+        return self.order.later(ctx, each_shard())
 
     # --- OffsetCommit (8) --------------------------------------------------------------------
 
@@ -681,7 +555,7 @@ class GroupCoordinator:
             return wire.offset_commit_response(resp, body, version, self.names, {}, {
                 (t.topic_id if version >= 10 else t.name, p.partition_index): code for t in body.topics for p in t.partitions})
 
-        if not self.loaded:
+        if not self.serving(body.group_id):
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
         if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
@@ -699,7 +573,7 @@ class GroupCoordinator:
             topic = self.broker.topics.get(name)
             return None if topic is None else topic.id
 
-        if not self.loaded:
+        if not any(self.serving(r.group_id) for r, _ in groups):
             loading = [(ids, rq.OffsetFetchResponse(r.group_id, (), Errors.COORDINATOR_LOAD_IN_PROGRESS))
                        for r, ids in groups]
             if version < 2:  # no group-level error: every partition carries it
@@ -708,6 +582,7 @@ class GroupCoordinator:
                     rq.FetchedTopic(t.name, tuple(rq.FetchedPartition(p, error_code=Errors.COORDINATOR_LOAD_IN_PROGRESS)
                                                   for p in t.partitions)) for t in r.topics or ())))]
             return wire.offset_fetch_response(resp, version, loading, names_to_ids)
+
         def fetched(r: rq.OffsetFetchRequest) -> rq.OffsetFetchResponse:
             """Kafka: DESCRIBE on the group, then on each topic (listed ones answered with
             TOPIC_AUTHORIZATION_FAILED, the rest of "all topics" left out)."""
@@ -717,7 +592,10 @@ class GroupCoordinator:
                         rq.FetchedTopic(t.name, tuple(rq.FetchedPartition(p, error_code=Errors.GROUP_AUTHORIZATION_FAILED)
                                                       for p in t.partitions)) for t in r.topics or ()))
                 return rq.OffsetFetchResponse(r.group_id, (), Errors.GROUP_AUTHORIZATION_FAILED)
-            out = self.shard.fetch_offsets(r)
+            runtime = self.runtime_for(r.group_id)
+            if not runtime.loaded:  # another group's shard is serving; this one is not yet
+                return rq.OffsetFetchResponse(r.group_id, (), Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            out = runtime.shard.fetch_offsets(r)
             if ctx.server.authorizer is None:
                 return out
             topics = []
@@ -729,7 +607,7 @@ class GroupCoordinator:
                         rq.FetchedPartition(p.partition, error_code=Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)))
             return rq.OffsetFetchResponse(out.group_id, tuple(topics), out.error_code, out.error_message)
 
-        return self.read(ctx, lambda: wire.offset_fetch_response(
+        return self.read(ctx, [r.group_id for r, _ in groups], lambda: wire.offset_fetch_response(
             resp, version, [(ids, fetched(r)) for r, ids in groups], names_to_ids))
 
     # --- OffsetDelete (47) -------------------------------------------------------------------
@@ -740,7 +618,7 @@ class GroupCoordinator:
         def fail(code: int, message: str) -> Any:
             return wire.offset_delete_response(resp, rq.OffsetDeleteResponse((), code, message))
 
-        if not self.loaded:
+        if not self.serving(req.body.group_id):
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
         if not ctx.authorize(acls.DELETE, acls.GROUP, req.body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
@@ -760,17 +638,6 @@ class GroupCoordinator:
         return self.write(ctx, request, answer, fail)
 
 
-@dataclass(frozen=True)
-class _Failed:
-    code: int
-    message: str
-
-
-def _lost(completions: Any) -> list[tuple[int, _Failed]]:
-    """Completions whose records were lost: their requests get NOT_COORDINATOR (clients retry)."""
-    return [(rid, _Failed(Errors.NOT_COORDINATOR, "the coordinator log write failed")) for rid, _ in completions]
-
-
 class GroupConfigs:
     """Dynamic group configs (DescribeConfigs / IncrementalAlterConfigs, resource type GROUP)."""
 
@@ -778,18 +645,18 @@ class GroupConfigs:
         self.coordinator = coordinator
 
     def _check(self, name: str) -> None:
-        if not self.coordinator.loaded:
+        if not self.coordinator.serving(name):
             raise BrokerError(Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
         if not name or not name.strip():
             raise BrokerError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
 
     def describe(self, name: str) -> list[ConfigEntry]:
         self._check(name)
-        c = self.coordinator
-        if c._lock.locked():
+        runtime = self.coordinator.runtime_for(name)
+        if runtime.lock.locked():
             # the shard is in use on the worker thread; DescribeConfigs cannot wait, so retry
             raise BrokerError(Errors.COORDINATOR_NOT_AVAILABLE, "the group coordinator is busy; retry")
-        found = c.shard.describe_group_config(rq.DescribeGroupConfigRequest(name))
+        found = runtime.shard.describe_group_config(rq.DescribeGroupConfigRequest(name))
         return [ConfigEntry(e.name, e.value, DEFAULT_CONFIG if e.is_default else GROUP_CONFIG,
                             documentation=GROUP_CONFIG_DOCS.get(e.name)) for e in found.configs]
 
@@ -808,7 +675,7 @@ class GroupConfigs:
             else:
                 raise BrokerError(Errors.INVALID_REQUEST, f"unknown config operation {op}")
         result = await self.coordinator.write_async(rq.AlterGroupConfigRequest(name, configs, False, validate_only))
-        if isinstance(result, _Failed):
+        if isinstance(result, Failed):
             raise BrokerError(result.code, result.message)
         if result.error_code:
             raise BrokerError(result.error_code, result.error_message or ErrorCode(result.error_code).name)

@@ -249,7 +249,7 @@ class FleetRenderer:
                            "lag assignor's last evaluation of the group.")]
         moves = [_head("cohort_lag_rebalances", "counter", "Lag-driven epoch bumps (the lag assignor moved "
                        "partitions) since the broker started.")]
-        for gid, state in sorted(coordinator.shard.lag_balance.items()):
+        for gid, state in sorted(coordinator.lag_balance().items()):
             imbalance.append(f'cohort_lag_imbalance{{group="{_escape(gid)}"}} {state.last_imbalance!r}\n')
             moves.append(f'cohort_lag_rebalances_total{{group="{_escape(gid)}"}} {state.rebalances}\n')
         out.append(("".join(imbalance) + "".join(moves)).encode())
