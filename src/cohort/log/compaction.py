@@ -28,7 +28,7 @@ import logging
 import os
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from crc32c import crc32c
 
@@ -37,8 +37,20 @@ from cohort.log.batches import batch_records
 from cohort.log.segment import Segment, segment_name
 from cohort.protocol.records import CONTROL_FLAG, CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, Record, check_batch, decode_batch
 
-if TYPE_CHECKING:
-    from cohort.log.partition import PartitionLog
+
+
+class CompactedLog(Protocol):
+    """What compaction needs of a partition log (`cohort.log.partition.PartitionLog`, which uses
+    this module: the dependency goes one way)."""
+
+    directory: str
+    segment_bytes: int
+    index_interval: int
+
+    def closed_segments(self, upto: int | None = None) -> list[Segment]: ...
+
+    def swap_segments(self, old: list[Segment], new: list[Segment]) -> bool: ...
+
 
 MANIFEST = "cleaner.swap"
 _log = logging.getLogger("cohort.log")
@@ -152,7 +164,7 @@ def group_segments(segments: list[Segment], max_bytes: int) -> list[list[Segment
     return groups
 
 
-def build(log: "PartitionLog", segments: list[Segment], tombstone_horizon_ms: int,
+def build(log: CompactedLog, segments: list[Segment], tombstone_horizon_ms: int,
           guard: OrderGuard | None = None) -> CompactionPlan:
     """Write compacted copies of ``segments`` and commit the swap on disk (steps 1-3).
 
@@ -275,7 +287,7 @@ def recover_swap(directory: str) -> None:
             _unlink(os.path.join(directory, name))
 
 
-def compact(log: "PartitionLog", tombstone_horizon_ms: int, upto: int | None = None,
+def compact(log: CompactedLog, tombstone_horizon_ms: int, upto: int | None = None,
             guard: OrderGuard | None = None) -> CompactionPlan | None:
     """Build and swap in one call (for a single thread)."""
     segments = log.closed_segments(upto)

@@ -18,10 +18,11 @@ Outputs under OUT: `scores/` (group, sample, assignor), `group_summary/` (group,
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from cohort.pipeline import group_samples, layout, sample_files
+from cohort.pipeline import group_samples, layout, options, runner, sample_files
 from cohort.pipeline.scoring import SCORE_SCHEMA
 
 DEFAULT_ASSIGNORS = ("uniform", "range", "lag")
@@ -308,10 +309,64 @@ def run(spark, samples: str, out: str | Path, assignor_names=DEFAULT_ASSIGNORS, 
                                provenance(spark, samples, assignor_names, partitions), skipped)
 
 
-def main(argv=None) -> int:
-    from cohort.pipeline.cli import run_job
+def run_args(args) -> int:
+    """`cohort pipeline evaluate`: check the options, then score and report."""
+    from cohort import assignors
 
-    return run_job("evaluate", argv)
+    names = [n.strip() for n in args.assignors.split(",") if n.strip()]
+    if not names:
+        raise options.UsageError("--assignors: give at least one assignor name")
+    if len(set(names)) != len(names):
+        raise options.UsageError(f"--assignors: {args.assignors!r} names an assignor twice")
+    for name in names:
+        try:
+            assignors.get(name)
+        except assignors.UnknownAssignorError as e:
+            raise options.UsageError(f"--assignors: {e}") from None
+    from cohort.pipeline.sample_files import local_path
+
+    local = local_path(args.samples)
+    if local is not None:
+        samples = Path(local)
+        if not samples.is_dir():
+            raise options.UsageError(f"--samples {args.samples}: no such directory")
+        if not (samples / "partitions").is_dir():
+            raise options.UsageError(f"--samples {args.samples}: not a lag-sample directory (no partitions/ table)")
+    out = options.out_dir(args.out)
+    if local is not None and out.resolve() == Path(local).resolve():
+        raise options.UsageError("--out must differ from --samples")
+    from cohort.pipeline.session import spark_session
+
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with spark_session(out, master=args.master, app_name="cohort-pipeline-evaluate",
+                       driver_memory=args.driver_memory, verbose=args.verbose,
+                       progress="cohort pipeline evaluate") as spark:
+        try:
+            facts = run(spark, args.samples, out, names, args.shuffle_partitions)
+        except SamplesError as e:
+            raise options.UsageError(str(e)) from None
+    elapsed = time.perf_counter() - started
+    skipped = f"; {facts['skipped']:,} groups without members skipped" if facts.get("skipped") else ""
+    if facts["winner"] is None:
+        print(f"no group with members in {args.samples}{skipped}; report: {out / 'report.md'}")
+    elif facts.get("tie"):
+        print(f"{facts['winner']} and {facts['runner_up']} tie over {facts['groups']:,} groups{skipped} "
+              f"({elapsed:.1f} s); report: {out / 'report.md'}")
+    elif facts["runner_up"] is None:
+        print(f"scored {facts['groups']:,} groups with {facts['winner']}{skipped} in {elapsed:.1f} s; "
+              f"report: {out / 'report.md'}")
+    else:
+        print(f"{facts['winner']} wins: average max member lag {100 * facts['margin']:.1f} % below "
+              f"{facts['runner_up']} over {facts['groups']:,} groups{skipped} ({elapsed:.1f} s); "
+              f"report: {out / 'report.md'}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """`spark-submit src/cohort/pipeline/evaluate.py ARGS`: the job's own options, as `cohort pipeline evaluate` takes them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return runner.run_parsed(options.build_parser().parse_args(["evaluate", *argv]), run_args)
 
 
 if __name__ == "__main__":

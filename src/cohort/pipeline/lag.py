@@ -29,7 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from cohort.broker import lag_snapshot
-from cohort.pipeline import burrow, codec, group_samples, layout
+from cohort.pipeline import burrow, codec, group_samples, layout, options, runner
 
 STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE = "status", "group_status", "member_lag"
 STAGING, CHECKPOINTS = "_staging", "_checkpoints"
@@ -282,11 +282,45 @@ def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float,
     return last
 
 
-def main(argv=None) -> int:
-    """`spark-submit src/cohort/pipeline/lag.py --bootstrap HOST:PORT --out DIR ...`."""
-    from cohort.pipeline.cli import run_job
+def run_args(args, spark=None) -> int:
+    """`cohort pipeline lag`: check the options and the cluster, then sample (on `spark` if given)."""
+    out = options.out_dir(args.out)
+    snapshots = Path(args.snapshot_dir) if args.snapshot_dir else out / "snapshots"
+    if snapshots.exists() and not snapshots.is_dir():
+        raise options.UsageError(f"--snapshot-dir {args.snapshot_dir}: exists and is not a directory")
+    from cohort.pipeline.session import spark_session
+    from cohort.pipeline.wire import WireError, check, group_count
 
-    return run_job("lag", argv)
+    check(args.bootstrap, args.timeout)  # a wrong address fails here, in seconds, before Spark starts
+    if args.once and group_count(args.bootstrap, args.timeout) == 0:  # so does one sample of nothing
+        raise WireError(f"no consumer group at {args.bootstrap}; nothing to sample")
+    out.mkdir(parents=True, exist_ok=True)
+
+    def report(facts):
+        statuses = ", ".join(f"{g}={s}" for g, s in sorted(facts["status"].items())[:10])
+        print(f"sample {facts['seq']}: {facts['groups']} groups, {facts['partitions']} partitions"
+              + (f" ({statuses})" if statuses else ""), flush=True)
+
+    def go(session):
+        return run(session, args.bootstrap, out, snapshots, interval_s=args.interval, once=args.once,
+                   window=args.window, timeout=args.timeout, on_sample=report)
+
+    if spark is not None:
+        last = go(spark)
+    else:
+        with spark_session(out, master=args.master, app_name="cohort-pipeline-lag",
+                           driver_memory=args.driver_memory, verbose=args.verbose) as session:
+            last = go(session)
+    if not last:
+        print(f"no consumer group at {args.bootstrap}; nothing written to {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """`spark-submit src/cohort/pipeline/lag.py --bootstrap HOST:PORT --out DIR ...`: the job's own
+    options, as `cohort pipeline lag` takes them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return runner.run_parsed(options.build_parser().parse_args(["lag", *argv]), run_args)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 
-from cohort.pipeline import codec, group_samples, layout, session
+from cohort.pipeline import codec, group_samples, layout, options, runner, session
 from cohort.pipeline.fleet import FleetParams, generate
 
 ROWS_PER_TASK = 4_000_000
@@ -78,10 +79,29 @@ def _record_fleet(out: str, groups: int, params: FleetParams) -> None:
         Path(local, FLEET_FILE).write_text(json.dumps(facts))
 
 
-def main(argv=None) -> int:
-    from cohort.pipeline.cli import run_job
+def run_args(args) -> int:
+    """`cohort pipeline simulate`: check the options, then write the fleet."""
+    out = options.out_dir(args.out)
+    from cohort.pipeline.fleet import FleetParams
+    from cohort.pipeline.session import spark_session
 
-    return run_job("simulate", argv)
+    params = FleetParams(samples=args.samples, partitions=args.partitions, seed=args.seed,
+                         skewed_fraction=args.skewed_fraction, churn=args.churn)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with spark_session(out, master=args.master, app_name="cohort-pipeline-simulate",
+                       driver_memory=args.driver_memory, verbose=args.verbose,
+                       progress="cohort pipeline simulate") as spark:
+        write_fleet(spark, out, args.groups, params)
+    print(f"wrote {args.groups:,} groups x {args.samples} samples x {args.partitions} partitions to {out} "
+          f"in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def main(argv=None) -> int:
+    """`spark-submit src/cohort/pipeline/simulate.py ARGS`: the job's own options, as `cohort pipeline simulate` takes them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return runner.run_parsed(options.build_parser().parse_args(["simulate", *argv]), run_args)
 
 
 if __name__ == "__main__":

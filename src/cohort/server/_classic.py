@@ -10,7 +10,8 @@ librdkafka sends JoinGroup 5 / SyncGroup 3 / Heartbeat 3 / LeaveGroup 1, kafka-p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cohort.coordinator import requests as rq
 from cohort.coordinator.errors import Errors
@@ -21,12 +22,25 @@ from cohort.security import acls
 from cohort.server._group_codec import LOADING, ONE_MS, UNKNOWN_OPS, ZERO, client_host, err, group_ops
 
 if TYPE_CHECKING:
-    from cohort.server.groups import GroupCoordinator
+    from cohort.server.runtime import CoordinatorRuntime
     from cohort.server.server import RequestContext, Server
 
 
+class GroupRouter(Protocol):
+    """What these handlers use of the group coordinator (`cohort.server.groups.GroupCoordinator`,
+    which installs them: the dependency goes one way)."""
 
-def install(server: "Server", coordinator: "GroupCoordinator") -> None:
+    def serving(self, group_id: str) -> bool: ...
+
+    def write(self, ctx: Any, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any: ...
+
+    def read(self, ctx: Any, group_ids: Any, fn: Callable[[], Any]) -> Any: ...
+
+    def by_runtime(self, group_ids: Any) -> dict["CoordinatorRuntime", list[str]]: ...
+
+
+
+def install(server: "Server", coordinator: GroupRouter) -> None:
     api = ClassicApi(coordinator)
     reg = server.apis.register
     reg(11, api.join_group, min_version=0, max_version=9)
@@ -109,7 +123,7 @@ def describe_response(resp: type, groups: list[rq.DescribedClassicGroup], with_o
 
 
 class ClassicApi:
-    def __init__(self, coordinator: "GroupCoordinator") -> None:
+    def __init__(self, coordinator: GroupRouter) -> None:
         self.c = coordinator
 
     def join_group(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
