@@ -1,4 +1,5 @@
-"""The classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) on a ctx.
+"""The classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup), written through a
+`GroupContext` (context.py).
 
 This is Kafka's classic `GroupMetadataManager` path, readable top to bottom:
 
@@ -12,7 +13,7 @@ This is Kafka's classic `GroupMetadataManager` path, readable top to bottom:
   not re-join are removed.
 * Joins and syncs that must wait are parked: the handler returns `Parked(request_id)` and the
   member remembers the id; whichever later operation releases it appends `(request_id,
-  response)` to the ctx's completions.
+  response)` to the operation's completions (`ctx.complete`).
 * Timers: `heartbeat-{group}-{member}` (session timeout; a new member's first join gets
   `CLASSIC_GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS`), `join-{group}` (initial delay or rebalance timeout),
   `sync-{group}` (members that got a JoinGroup answer but never synced are removed).
@@ -85,7 +86,7 @@ def validate_session_timeout(ctx: GroupContext, req: JoinGroupRequest) -> None:
 
 
 def join_group(ctx: GroupContext, req: JoinGroupRequest, now: int, rid: int):
-    """JoinGroup on a classic group (the ctx sends joins into a non-empty consumer group to
+    """JoinGroup on a classic group (the shard sends joins into a non-empty consumer group to
     migration.py)."""
     gid, cfg = req.group_id, ctx.config
     if _blank(gid):
@@ -546,7 +547,7 @@ def release_parked(group: ClassicGroup, code: Errors) -> list[tuple[int, object]
 
 
 def unload(ctx: GroupContext) -> list[tuple[int, object]]:
-    """Answer every parked request with NOT_COORDINATOR (the ctx is going away)."""
+    """Answer every parked request with NOT_COORDINATOR (the shard is going away)."""
     out: list[tuple[int, object]] = []
     for group in ctx.state.classic_groups.values():
         out.extend(release_parked(group, Errors.NOT_COORDINATOR))
