@@ -14,7 +14,7 @@ Starts the broker as a subprocess on a free port of 127.0.0.1 with a temporary d
   `--partitions` partitions; one more joins. Reports the time from its subscribe until the
   group is Stable with the new target assignment reconciled, in heartbeat intervals.
 
-    .venv/bin/python bench/heartbeats.py [--only rate|latency|join]
+    .venv/bin/python bench/heartbeats.py [--only rate|latency|join] [--shards N]
 """
 
 from __future__ import annotations
@@ -345,11 +345,14 @@ def main() -> None:
     ap.add_argument("--consumers", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=900)
     ap.add_argument("--join-interval-ms", type=int, default=1000)
+    ap.add_argument("--shards", type=int, default=1, help="offsets.topic.num.partitions (group coordinator shards)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         overrides = ["group.consumer.min.heartbeat.interval.ms=100",
                      f"group.consumer.heartbeat.interval.ms={args.join_interval_ms}",
-                     "group.consumer.session.timeout.ms=60000", "group.consumer.max.session.timeout.ms=60000"]
+                     "group.consumer.session.timeout.ms=60000", "group.consumer.max.session.timeout.ms=60000",
+                     f"offsets.topic.num.partitions={args.shards}"]
+        print(f"group coordinator shards: {args.shards}")
         srv = ServerProcess(os.path.join(tmp, "data"), *overrides, log_path=os.path.join(tmp, "server.log")).start()
         try:
             if args.only in (None, "rate", "latency"):

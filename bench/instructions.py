@@ -14,6 +14,7 @@ zeroes the counters (`callgrind_control -z`), sends the measured requests, dumps
 `--src` runs another tree's broker (e.g. a `git worktree` of an older commit) for an A/B:
 
     .venv/bin/python bench/instructions.py heartbeat|produce|produce-idempotent [--requests N] [--src DIR/src] [--acls]
+                                           [--shards N]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--acls", action="store_true", help="run the broker with ACLs on (allow.everyone.if.no.acl.found=true)")
     ap.add_argument("--src", default=os.path.join(HERE, "..", "src"), help="the src/ directory of the broker to measure")
+    ap.add_argument("--shards", type=int, default=None, help="offsets.topic.num.partitions (group coordinator shards)")
     args = ap.parse_args()
     src = os.path.abspath(args.src)
     sys.path.insert(0, src)
@@ -54,6 +56,8 @@ def main() -> None:
 
     testing.subprocess.Popen = under_valgrind
     overrides = ("authorizer.class.name=cohort", "allow.everyone.if.no.acl.found=true") if args.acls else ()
+    if args.shards is not None:
+        overrides += (f"offsets.topic.num.partitions={args.shards}",)
     srv = testing.ServerProcess(os.path.join(tmp, "data"), *overrides, log_path=os.path.join(tmp, "server.log")).start(timeout=900)
     try:
         if args.case == "heartbeat":

@@ -1,28 +1,19 @@
-"""The group coordinator's APIs, served from one sans-IO :class:`GroupCoordinatorShard`.
+"""The group coordinator's APIs, served from sans-IO `GroupCoordinatorShard` objects, one per
+``__consumer_offsets`` partition (`offsets.topic.num.partitions`), each hosted by a
+:class:`cohort.server.runtime.CoordinatorRuntime` (durability, timers, parked requests, the
+worker thread: see that module).
 
-cohort has one ``__consumer_offsets`` partition, so one shard owns every group. This adapter
-gives the shard what it cannot have itself: a clock, a durable log, timers and topic metadata.
-
-* **Writes** (heartbeat, offset commit/delete, group delete, group config changes, timer
-  expiry) run ``shard.handle(request, now)``, which applies its records at once. The records
-  are appended to the coordinator log in the same step, so log order is shard order; the
-  response is released only after the fsync that covers them, then ``shard.commit``. A failed
-  append reverts the shard from the first lost record on and answers NOT_COORDINATOR, as Kafka
-  does when its log write fails.
-* **Exclusive access**: the shard is single-threaded. Work runs on the event loop, except a
-  heartbeat that may run an assignor on a large group, which runs ``handle`` on the server's
-  worker thread while an asyncio lock keeps every other shard access waiting. Requests of one
-  connection keep their order: while one of them waits, the next ones wait too.
+* **Routing**: a group's requests go to the shard Kafka's hash of its id picks
+  (`partition_for`). Requests naming several groups (DeleteGroups, OffsetFetch v8+,
+  DescribeGroups, ConsumerGroupDescribe) are split by shard and their answers joined, as Kafka's
+  GroupCoordinatorService does; ListGroups asks every shard.
+* **Loading**: each shard replays its own partition; until it has, its groups' requests are
+  answered COORDINATOR_LOAD_IN_PROGRESS while the other shards serve. ListGroups answers the
+  error while any shard loads.
 * **Reads** (describe, list, offset fetch) see committed state only (the shard's contract).
-* **Loading**: at startup the log is replayed into the shard; until then group APIs answer
-  COORDINATOR_LOAD_IN_PROGRESS.
-* **Parked requests** (classic JoinGroup / SyncGroup, served by _classic.py): the shard answers
-  ``Parked(request_id)``; a future per id is resolved by the completion that releases it, once
-  that completion's result is durable (or with NOT_COORDINATOR if its records are lost). Only
-  the parked request's own connection waits (its later requests queue behind it, as Kafka mutes
-  the channel); the shard and other connections go on. ``revert`` and ``unload`` (shutdown)
-  answer parked requests too.
-* **Lag** (docs/lag.md): with `group.lag.source=local` the shard reads log start / end offsets
+* **Heavy work**: a heartbeat that may run an assignor on a large group runs on the server's
+  worker thread while its shard's lock keeps every other access to that shard waiting.
+* **Lag** (docs/lag.md): with `group.lag.source=local` the shards read log start / end offsets
   through a live view of the broker's partition logs (`BrokerLogOffsets`, read only when the lag
   assignor asks); with a directory, from the newest lag snapshot, refreshed on the worker thread
   before timers fire. Timer expiry that includes a lag evaluation runs on the worker thread.
@@ -203,6 +194,9 @@ def install(server: "Server") -> None:
     _classic.install(server, coordinator)
 
 
+PLACEMENT_CACHE = 100_000  # group ids whose shard is remembered (cleared when full: ids are client input)
+
+
 class GroupCoordinator:
     """The group coordinator's shards (one per `__consumer_offsets` partition), each hosted by a
     `CoordinatorRuntime`, and the routing of every group API to them: a group's requests go to
@@ -249,6 +243,7 @@ class GroupCoordinator:
                 heavy_expiry=shard.lag_evaluation_due, before_expiry=self._refresh_snapshot,
                 timer_period=self._snapshot_period))
         self.shards = [r.shard for r in self.runtimes]
+        self._placed: dict[str, CoordinatorRuntime] = {}  # group id -> its shard's runtime (a cache)
         self._stale = set(range(len(self.runtimes)))  # shards whose topic image is out of date
         self._image: tuple[int, MetadataImage] | None = None  # (broker topic version, image) last built
         self._hb = {}  # version -> HeartbeatEncoder
@@ -265,7 +260,14 @@ class GroupCoordinator:
 
     def runtime_for(self, group_id: str) -> CoordinatorRuntime:
         runtimes = self.runtimes
-        return runtimes[0] if len(runtimes) == 1 else runtimes[partition_for(group_id, len(runtimes))]
+        if len(runtimes) == 1:
+            return runtimes[0]
+        placed = self._placed.get(group_id)
+        if placed is None:  # Java's String.hashCode in Python costs microseconds: once per group id
+            if len(self._placed) >= PLACEMENT_CACHE:
+                self._placed.clear()
+            placed = self._placed[group_id] = runtimes[partition_for(group_id, len(runtimes))]
+        return placed
 
     def shard_for(self, group_id: str) -> GroupCoordinatorShard:
         return self.runtime_for(group_id).shard
@@ -446,7 +448,8 @@ class GroupCoordinator:
         encoder = self._hb.get(req.version)
         if encoder is None:
             encoder = self._hb[req.version] = wire.HeartbeatEncoder(resp_type)
-        if not self.serving(req.body.group_id):
+        runtime = self.runtime_for(req.body.group_id)
+        if not runtime.loaded:
             return wire.heartbeat_error(resp_type, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
         if ctx.server.authorizer is not None:  # Kafka: READ on the group, DESCRIBE on every subscribed topic
             if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
@@ -458,7 +461,7 @@ class GroupCoordinator:
             topic_filter = lambda name: ctx.authorize(acls.DESCRIBE, acls.TOPIC, name)  # noqa: E731
         request = wire.heartbeat_request(req.body, req.version, req.client_id or "", wire.client_host(ctx.peer),
                                          topic_filter)
-        return self.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
+        return runtime.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
 
     # --- ConsumerGroupDescribe (69) ----------------------------------------------------------
 
@@ -555,13 +558,14 @@ class GroupCoordinator:
             return wire.offset_commit_response(resp, body, version, self.names, {}, {
                 (t.topic_id if version >= 10 else t.name, p.partition_index): code for t in body.topics for p in t.partitions})
 
-        if not self.serving(body.group_id):
+        runtime = self.runtime_for(body.group_id)
+        if not runtime.loaded:
             return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
         if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         if rejected and not request.topics:
             return answer(rq.OffsetCommitResponse(()))
-        return self.write(ctx, request, answer, fail)
+        return runtime.write(ctx, request, answer, fail)
 
     # --- OffsetFetch (9) ---------------------------------------------------------------------
 
