@@ -23,7 +23,8 @@ from cohort.server._group_codec import LOADING, ONE_MS, UNKNOWN_OPS, ZERO, clien
 
 if TYPE_CHECKING:
     from cohort.server.runtime import CoordinatorRuntime
-    from cohort.server.server import RequestContext, Server
+    from cohort.server.context import RequestContext
+    from cohort.server.server import Server
 
 
 class GroupRouter(Protocol):

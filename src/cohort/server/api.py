@@ -14,13 +14,13 @@ the connection, as Kafka does for APIs it does not know.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Union
 
 from cohort.protocol.versions import SUPPORTED
 
 if TYPE_CHECKING:
     from cohort.protocol import DecodedRequest
-    from cohort.server.server import RequestContext
+    from cohort.server.context import RequestContext
 
 NO_RESPONSE: Any = object()
 """Returned by a handler when the client expects no answer (Produce with acks=0)."""
@@ -77,3 +77,13 @@ class ApiTable:
 
     def __contains__(self, api_key: int) -> bool:
         return api_key in self._entries
+
+
+class Host(Protocol):
+    """What an API module's ``install(server)`` and its config providers use of the server
+    (`cohort.server.server.Server`, which installs them: the dependency goes one way)."""
+
+    apis: ApiTable
+    broker: Any
+    config: Any
+    config_resources: dict[int, Any]

@@ -25,7 +25,8 @@ from cohort.protocol.entities import build, has_field, nested
 from cohort.security import acls
 
 if TYPE_CHECKING:
-    from cohort.server.server import RequestContext, Server
+    from cohort.server.api import Host
+    from cohort.server.context import RequestContext
 
 TOPIC, BROKER, GROUP = 2, 4, 32
 # Kafka's ConfigSource values.
@@ -59,7 +60,7 @@ class ConfigProvider(Protocol):
         """Apply (key, operation, value) changes atomically, or only check them."""
 
 
-def install(server: "Server") -> None:
+def install(server: "Host") -> None:
     server.config_resources[TOPIC] = TopicConfigs(server)
     server.config_resources[BROKER] = BrokerConfigs(server)
     server.apis.register(32, describe_configs)
@@ -67,7 +68,7 @@ def install(server: "Server") -> None:
 
 
 class TopicConfigs:
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: "Host") -> None:
         self.broker = server.broker
 
     def _topic(self, name: str):
@@ -124,7 +125,7 @@ class BrokerConfigs:
     IncrementalAlterConfigs on resource "" sets cluster-wide defaults, on this node's id the
     broker's own; both persist and apply at once. The others are read-only."""
 
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: "Host") -> None:
         self.server = server
 
     def _check_name(self, name: str) -> None:

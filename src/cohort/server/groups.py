@@ -59,7 +59,8 @@ from cohort.server.configs import APPEND, DEFAULT_CONFIG, DELETE, GROUP, GROUP_C
 from cohort.stats import Histogram
 
 if TYPE_CHECKING:
-    from cohort.server.server import RequestContext, Server
+    from cohort.server.context import RequestContext
+    from cohort.server.server import Server
 
 log = logging.getLogger("cohort.groups")
 

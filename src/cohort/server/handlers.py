@@ -25,7 +25,8 @@ from cohort.protocol.codec import encode_response
 from cohort.server.api import NO_RESPONSE, CloseConnection, Encoded
 
 if TYPE_CHECKING:
-    from cohort.server.server import RequestContext, Server
+    from cohort.server.api import Host
+    from cohort.server.context import RequestContext
 
 ZERO = datetime.timedelta(0)
 NULL_UUID = uuid.UUID(int=0)
@@ -33,7 +34,7 @@ NULL_UUID = uuid.UUID(int=0)
 E = ErrorCode
 
 
-def install(server: "Server") -> None:
+def install(server: "Host") -> None:
     """Register the core APIs with the version ranges cohort advertises."""
     reg = server.apis.register
     reg(18, api_versions)

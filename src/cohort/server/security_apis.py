@@ -16,13 +16,14 @@ from cohort.security.credentials import MECHANISM_IDS
 from cohort.server.handlers import ZERO
 
 if TYPE_CHECKING:
-    from cohort.server.server import RequestContext, Server
+    from cohort.server.api import Host
+    from cohort.server.context import RequestContext
 
 E = ErrorCode
 CLUSTER_DENIED = "Cluster authorization failed."  # Kafka's Errors.CLUSTER_AUTHORIZATION_FAILED message
 
 
-def install(server: "Server") -> None:
+def install(server: "Host") -> None:
     reg = server.apis.register
     reg(17, sasl_handshake)
     reg(36, sasl_authenticate)

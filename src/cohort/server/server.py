@@ -51,6 +51,7 @@ from cohort.security.sasl import (
 from cohort.security.sasl import State as SaslState
 from cohort.server import configs, handlers, http, listeners, overview, security_apis
 from cohort.server.api import NO_RESPONSE, ApiTable, CloseConnection, Encoded
+from cohort.server.context import ANONYMOUS, RequestContext
 from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
 from cohort.server.listeners import Listener
 from cohort.server.waiters import AppendWaiters
@@ -58,61 +59,12 @@ from cohort.stats import RequestStats
 
 log = logging.getLogger("cohort.server")
 
-ANONYMOUS = "User:ANONYMOUS"
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 _NO_LIFETIME = datetime.timedelta(0)  # SaslAuthenticate session lifetime: no re-authentication required
 
 # Modules that register more APIs: each must define ``install(server)``.
 SHUTDOWN_GRACE_S = 0.05  # time for answers written by the shutdown hooks to leave
 PLUGINS = ("cohort.server.groups",)
-
-
-class RequestContext:
-    """What a handler may use besides the request itself: the connection's listener and its
-    authenticated principal."""
-
-    __slots__ = ("server", "broker", "config", "peer", "warned_invalid", "listener", "principal", "sasl",
-                 "mechanism", "session_expiry", "auth_started")
-
-    def __init__(self, server: "Server", peer: Any, listener: Listener | None = None, principal: str = ANONYMOUS,
-                 sasl: Authenticator | None = None) -> None:
-        self.server = server
-        self.broker = server.broker
-        self.config = server.config
-        self.peer = peer
-        self.warned_invalid = False  # one WARNING per connection for INVALID_REQUEST answers
-        self.listener = listener if listener is not None else server.listeners[0]
-        self.principal = principal  # "User:<name>"
-        self.sasl = sasl  # the SASL exchange while it runs (None once complete, or without SASL)
-        self.mechanism: str | None = None  # the SASL mechanism of the session
-        self.session_expiry: float | None = None  # loop time when the SASL session ends (KIP-368)
-        self.auth_started = 0.0  # loop time the last (re-)authentication began
-
-    def authorize(self, operation: int, resource_type: int, name: str) -> bool:
-        """Whether this connection's principal may do ``operation`` on the resource (always,
-        without an authorizer)."""
-        authorizer = self.server.authorizer
-        if authorizer is None:
-            return True
-        return authorizer.authorize(self.principal, self.host, operation, resource_type, name)
-
-    def authorized_operations(self, resource_type: int, name: str, supported: int) -> int:
-        """Kafka's authorized-operations bitfield: the supported operations this principal may do."""
-        if self.server.authorizer is None:
-            return supported
-        return sum(1 << op for op in range(3, 15) if supported & (1 << op) and self.authorize(op, resource_type, name))
-
-    @property
-    def host(self) -> str:
-        return self.peer[0] if isinstance(self.peer, tuple) else str(self.peer)
-
-    def endpoint(self) -> tuple[str, int]:
-        """The advertised (host, port) of the listener this request arrived on: what Metadata,
-        FindCoordinator and DescribeCluster tell the client, as in Kafka."""
-        return self.server.endpoint(self.listener)
-
-    def sasl_mechanisms(self) -> tuple[str, ...]:
-        return self.server.sasl_mechanisms(self.listener) if self.listener.sasl else ()
 
 
 class Server:
