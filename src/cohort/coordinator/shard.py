@@ -1,4 +1,10 @@
-"""The group coordinator shard: a sans-IO state machine owning a set of groups.
+"""The group coordinator shard: a sans-IO state machine owning a set of groups (the groups of
+one `__consumer_offsets` partition, placed there by `partition_for`).
+
+The shard routes each request to a group type (consumer.py, classic.py, migration.py,
+offsets.py, lag_balance.py) and owns the `GroupContext` (context.py) they all write through; it
+keeps what makes a write an operation: the undo log, the records and completions of the result,
+the actions to run once it succeeds.
 
 Contract with the caller (the server / runtime):
 
