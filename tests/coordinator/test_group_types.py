@@ -45,9 +45,9 @@ class Host:
             self.state, self.timers, self.config, lag_balance={}, append=self.append,
             complete=lambda rid, response: self.completions.append((rid, response)), after=self.deferred.append,
             new_member_id=lambda: next(ids), committed_state=lambda gid: self.state,
-            assignor={"simple": RangeTestAssignor()}.__getitem__, image=lambda: image(foo=4),
+            assignor={"simple": RangeTestAssignor()}.__getitem__,
+            fence_member=lambda group, member: self.fenced.append(member.member_id), image=lambda: image(foo=4),
             now=lambda: self.now, lag_provider=lambda: (lambda group, topic, n: None))
-        self.ctx.fence_member = lambda group, member: self.fenced.append(member.member_id)
 
     def append(self, key, value) -> None:
         record = Record(key, value)

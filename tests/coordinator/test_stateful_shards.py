@@ -115,7 +115,8 @@ class ShardedMachine(RuleBasedStateMachine):
             shard.commit(result.end_offset)
             self.logs[p].extend(result.records)
         for (group, member) in list(self.epochs):
-            if member not in (self.shards[partition_for(group, SHARDS)].group(group) or _NO_GROUP).members:
+            live = self.shards[partition_for(group, SHARDS)].group(group)
+            if live is None or member not in live.members:
                 del self.epochs[(group, member)]  # its session expired
 
     @precondition(lambda self: self.restarts < 3)
@@ -162,12 +163,6 @@ class ShardedMachine(RuleBasedStateMachine):
                 fresh.replay(decode(*encode(record)))
             assert dump(fresh) == dump(shard), f"shard {p}"
 
-
-class _NoGroup:
-    members: dict = {}
-
-
-_NO_GROUP = _NoGroup()
 
 ShardedMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestShardedCoordinator = ShardedMachine.TestCase

@@ -69,10 +69,6 @@ def sync_key(group_id: str) -> str:
     return f"sync-{group_id}"
 
 
-def _blank(s: str | None) -> bool:
-    return s is None or not s.strip()
-
-
 # ====================================================================== JoinGroup
 
 
@@ -89,7 +85,7 @@ def join_group(ctx: GroupContext, req: JoinGroupRequest, now: int, rid: int):
     """JoinGroup on a classic group (the shard sends joins into a non-empty consumer group to
     migration.py)."""
     gid, cfg = req.group_id, ctx.config
-    if _blank(gid):
+    if consumer.blank(gid):
         raise CoordinatorError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
     validate_session_timeout(ctx, req)
     consumer_group = ctx.state.groups.get(gid)

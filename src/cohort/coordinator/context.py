@@ -52,6 +52,7 @@ class GroupContext:
         new_member_id: Callable[[], str],
         committed_state: Callable[[str], ShardState],
         assignor: Callable[[str], Assignor],
+        fence_member: Callable[[ConsumerGroup, ConsumerGroupMember], None],
         image: Callable[[], MetadataImage],
         now: Callable[[], int],
         lag_provider: Callable[[], Callable],
@@ -66,7 +67,7 @@ class GroupContext:
         self.new_member_id = new_member_id
         self.committed_state = committed_state  # (group id) -> the state as of the last committed offset
         self.assignor = assignor  # (name) -> Assignor
-        self.fence_member: Callable[[ConsumerGroup, ConsumerGroupMember], None] = _unset
+        self.fence_member = fence_member  # (group, member): remove it, or turn the group back into a classic one
         self.topic_filter: Callable[[str], bool] | None = None  # set by a heartbeat for its regexes
         self._image, self._now, self._lag_provider = image, now, lag_provider
 
@@ -89,6 +90,3 @@ class GroupContext:
         for request_id, response in completions:
             self.complete(request_id, response)
 
-
-def _unset(group: Any, member: Any) -> None:
-    raise RuntimeError("GroupContext.fence_member was not wired by the shard")

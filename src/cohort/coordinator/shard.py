@@ -159,9 +159,9 @@ class GroupCoordinatorShard:
         self.context = GroupContext(
             self.state, self.timers, self.config, lag_balance=self.lag_balance, append=self._emit,
             complete=self._complete, after=self._after, new_member_id=self._new_member_id,
-            committed_state=self.committed_state, assignor=self.assignor, image=lambda: self.image,
-            now=lambda: self._now, lag_provider=lambda: self.lag_provider)
-        self.context.fence_member = lambda group, member: migration.fence_member(self.context, group, member)
+            committed_state=self.committed_state, assignor=self.assignor,
+            fence_member=lambda group, member: migration.fence_member(self.context, group, member),
+            image=lambda: self.image, now=lambda: self._now, lag_provider=lambda: self.lag_provider)
 
     # ================================================================== write path
 

@@ -240,10 +240,11 @@ class GroupCoordinator:
                 order=self.order, loading_message=wire.LOADING,
                 prepare=lambda p=p: self._refresh_metadata(p),
                 on_records=self._observe, on_revert=self.changes.everything,
-                needs_offload=lambda req, shard=shard: self._needs_offload(shard, req),
+                needs_offload=lambda req, p=p: self._needs_offload(p, req),
                 heavy_expiry=shard.lag_evaluation_due, before_expiry=self._refresh_snapshot,
                 timer_period=self._snapshot_period))
         self.shards = [r.shard for r in self.runtimes]
+        self._index = {id(r): p for p, r in enumerate(self.runtimes)}  # runtime -> its partition
         self._placed: dict[str, CoordinatorRuntime] = {}  # group id -> its shard's runtime (a cache)
         self._stale = set(range(len(self.runtimes)))  # shards whose topic image is out of date
         self._image: tuple[int, MetadataImage] | None = None  # (broker topic version, image) last built
@@ -282,8 +283,7 @@ class GroupCoordinator:
         out: dict[CoordinatorRuntime, list[str]] = {}
         for gid in group_ids:
             out.setdefault(self.runtime_for(gid), []).append(gid)
-        index = {id(r): n for n, r in enumerate(self.runtimes)}
-        return dict(sorted(out.items(), key=lambda item: index[id(item[0])]))
+        return dict(sorted(out.items(), key=lambda item: self._index[id(item[0])]))
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -322,21 +322,20 @@ class GroupCoordinator:
 
     def groups(self, only: str | None = None) -> list[overview.GroupView]:
         """What the shards hold now."""
+        self._refresh_all()
         if only is not None:
-            return overview.group_views(self._fresh(self.shard_for(only)), self._topic_name, only)
-        return self._merged([overview.group_views(self._fresh(s), self._topic_name) for s in self.shards])
+            return overview.group_views(self.shard_for(only), self._topic_name, only)
+        return self._merged([overview.group_views(s, self._topic_name) for s in self.shards])
 
     def group_lags(self, only: Any = None) -> list[overview.GroupLag]:
         """The cheap per-group summary /metrics renders, of every group or of `only`."""
+        self._refresh_all()
         if len(self.shards) == 1:
-            return overview.group_lags(self._fresh(self.shards[0]), self._topic_name, only)
+            return overview.group_lags(self.shards[0], self._topic_name, only)
         if only is None:
-            return self._merged([overview.group_lags(self._fresh(s), self._topic_name) for s in self.shards])
-        by_shard: dict[int, list[str]] = {}
-        for gid in only:
-            by_shard.setdefault(id(self.shard_for(gid)), []).append(gid)
-        found = {g.group_id: g for s in self.shards if id(s) in by_shard
-                 for g in overview.group_lags(self._fresh(s), self._topic_name, by_shard[id(s)])}
+            return self._merged([overview.group_lags(s, self._topic_name) for s in self.shards])
+        found = {g.group_id: g for runtime, ids in self.by_runtime(only).items()
+                 for g in overview.group_lags(runtime.shard, self._topic_name, ids)}
         return [found[gid] for gid in only if gid in found]
 
     def group_ids(self) -> list[str]:
@@ -368,9 +367,9 @@ class GroupCoordinator:
     def _merged(parts: list[list]) -> list:
         return parts[0] if len(parts) == 1 else sorted((g for part in parts for g in part), key=lambda g: g.group_id)
 
-    def _fresh(self, shard: GroupCoordinatorShard) -> GroupCoordinatorShard:
-        self._refresh_metadata(self.shards.index(shard) if len(self.shards) > 1 else 0)
-        return shard
+    def _refresh_all(self) -> None:
+        for index in sorted(self._stale):
+            self._refresh_metadata(index)
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         try:
@@ -406,15 +405,15 @@ class GroupCoordinator:
                 snap.version))
         self.shards[index].update_metadata(self._image[1])
 
-    def _needs_offload(self, shard: GroupCoordinatorShard, req: Any) -> bool:
+    def _needs_offload(self, index: int, req: Any) -> bool:
         """A heartbeat that may compute a target assignment for a large group."""
         if type(req) is not rq.ConsumerGroupHeartbeatRequest:
             return False
-        group = shard.state.groups.get(req.group_id)
+        group = self.shards[index].state.groups.get(req.group_id)
         if group is None or len(group.members) < self.offload_min_members:
             return False
         return (req.member_epoch <= 0 or req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None
-                or group.group_epoch > group.assignment_epoch or group.refresh_metadata or bool(self._stale))
+                or group.group_epoch > group.assignment_epoch or group.refresh_metadata or index in self._stale)
 
     # --- running requests on the shards --------------------------------------------------------
 
@@ -427,10 +426,13 @@ class GroupCoordinator:
         return await self.runtime_for(req.group_id).write_async(req)
 
     def read(self, ctx: Any, group_ids: Any, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` (a read of committed state) once the shards of these groups are free: now if
-        they are, else in the connection's order, holding their locks (taken in shard order)."""
-        runtimes = self.runtimes if group_ids is None or len(self.runtimes) == 1 else list(self.by_runtime(group_ids))
-        if all(r.lock.locked() is False for r in runtimes) and self.order.idle(ctx):
+        """Run ``fn`` (a read of committed state) once the shards of these groups (None: every
+        shard) are free: now if they are, else in the connection's order, holding their locks
+        (taken in shard order)."""
+        runtimes = self.runtimes if group_ids is None else list(self.by_runtime(group_ids))
+        if len(runtimes) == 1:
+            return runtimes[0].read(ctx, fn)
+        if not any(r.lock.locked() for r in runtimes) and self.order.idle(ctx):
             return fn()
 
         async def waiting() -> Any:
@@ -440,7 +442,6 @@ class GroupCoordinator:
                 return fn()
 
         return self.order.later(ctx, waiting())
-
 
     # --- ConsumerGroupHeartbeat (68) ---------------------------------------------------------
 
