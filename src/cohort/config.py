@@ -197,6 +197,16 @@ declare("offsets.topic.num.partitions", int, 1, "Shards of the group coordinator
         "`__consumer_offsets`, each with its own log, state and load; a group lives in the one Kafka's hash of its id "
         "picks. Read when the topic is created (as in Kafka): changing it later keeps the existing partition count.",
         minimum=1, maximum=1000, group="log")
+declare("transaction.state.log.num.partitions", int, 1, "Shards of the transaction coordinator: partitions "
+        "of `__transaction_state`; a transactional id lives in the one Kafka's hash of it picks. Read when the "
+        "topic is created.", minimum=1, maximum=1000, group="transactions")
+declare("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for "
+        "(INVALID_TRANSACTION_TIMEOUT otherwise); a transaction open longer than its timeout is aborted and its "
+        "producer fenced.", minimum=1, group="transactions")
+declare("transactional.id.expiration.ms", int, 604800000, "A transactional id with no transaction in "
+        "progress is forgotten once it has not been used for this long.", minimum=1, group="transactions")
+declare("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3600000, "How often expired "
+        "transactional ids are removed.", minimum=1, group="transactions")
 declare("offsets.topic.roll.ms", int, 600000, "Roll the `__consumer_offsets` active segment at this age "
         "so compaction keeps the log, and the replay on start, close to the live state.", minimum=1,
         group="log")

@@ -144,8 +144,8 @@ def test_find_coordinator_init_producer_id_describe_cluster(server):
         assert (single.error_code, single.node_id, single.port) == (ErrorCode.none, 1, server.port)
         batched = c.request(10, 6, req(10, 6, key_type=0, coordinator_keys=("a", "b")))
         assert [(x.key, x.node_id, x.error_code) for x in batched.coordinators] == [("a", 1, ErrorCode.none), ("b", 1, ErrorCode.none)]
-        txn = c.request(10, 2, req(10, 2, key="t", key_type=1))
-        assert txn.error_code == ErrorCode.coordinator_not_available
+        txn = c.request(10, 2, req(10, 2, key="t", key_type=1))  # transactional ids are coordinated here too
+        assert (txn.error_code, txn.node_id, txn.port) == (ErrorCode.none, 1, server.port)
         ids = {c.request(22, 4, req(22, 4, transactional_id=None, transaction_timeout=ms(1000), producer_id=-1, producer_epoch=-1)).producer_id for _ in range(3)}
         assert len(ids) == 3
         # Kafka (TransactionCoordinator.handleInitProducerId): no transactional id, always a fresh id at epoch 0.

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from cohort.broker.coordinator_log import OFFSETS_TOPIC, CoordinatorLog
+from cohort.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, CoordinatorLog
 from cohort.broker.topics import (
     TOPIC_CONFIG_BROKER_DEFAULTS,
     BrokerState,
@@ -34,10 +34,10 @@ from cohort.broker.topics import (
 from cohort.broker.validation import RecordValidationError, TopicPolicy, validate
 from cohort.config import DYNAMIC_BROKER, DYNAMIC_DEFAULT, Config, ConfigError
 from cohort.log import OffsetOutOfRange, PartitionLog, compaction, fileio
-from cohort.log.producer_state import ProducerStateError
+from cohort.log.producer_state import AbortedTxn, ProducerStateError
 from cohort.log.segment import now_ms
 from cohort.security import files
-from cohort.protocol.records import TRANSACTIONAL_FLAG, iter_batches
+from cohort.protocol.records import CONTROL_FLAG, TRANSACTIONAL_FLAG, iter_batches
 from cohort.stats import Histogram
 
 # Kafka error codes used by the data plane.
@@ -59,6 +59,11 @@ TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+NOT_ENOUGH_REPLICAS = 19
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+CONCURRENT_TRANSACTIONS = 51
+PRODUCER_FENCED = 90
 POLICY_VIOLATION = 44
 UNKNOWN_TOPIC_ID = 100
 
@@ -164,6 +169,20 @@ class Broker:
             clog.add_listener(lambda p=p: self._notify_append(OFFSETS_TOPIC, p))
             self.coordinator_logs.append(clog)
         self.coordinator_log = self.coordinator_logs[0]  # the only one unless offsets.topic.num.partitions > 1
+        wanted = config["transaction.state.log.num.partitions"]
+        if TRANSACTION_STATE_TOPIC not in self.state.topics:
+            self.create_topic(TRANSACTION_STATE_TOPIC, wanted, {"cleanup.policy": "compact"}, internal=True)
+        self.transaction_logs: list[CoordinatorLog] = []
+        for p in range(self.state.topics[TRANSACTION_STATE_TOPIC].partitions):
+            tlog = CoordinatorLog(self.logs[(TRANSACTION_STATE_TOPIC, p)], append_seconds=append_seconds,
+                                  fsync_seconds=fsync_seconds)
+            tlog.add_listener(lambda p=p: self._notify_append(TRANSACTION_STATE_TOPIC, p))
+            self.transaction_logs.append(tlog)
+        self._coordinator_logs = {OFFSETS_TOPIC: self.coordinator_logs, TRANSACTION_STATE_TOPIC: self.transaction_logs}
+        # KIP-890 verification of a producer's first transactional batch on a partition:
+        # (transactional id, producer id, epoch, (topic, partition)) -> error code; set by the
+        # transaction coordinator's host (none: transactional batches are refused).
+        self.transaction_verifier: Callable[[str, int, int, tuple[str, int]], int] | None = None
         self.store.save(self.state)
 
     @property
@@ -573,14 +592,21 @@ class Broker:
         return self.logs.get((name, partition))
 
     def high_watermark(self, name: str, partition: int) -> int:
-        if name == OFFSETS_TOPIC:
-            return self.coordinator_logs[partition].high_watermark
+        clogs = self._coordinator_logs.get(name)
+        if clogs is not None:
+            return clogs[partition].high_watermark
         return self.logs[(name, partition)].end_offset
 
-    def produce(self, name: str, partition: int, records: bytes | None, *, version: int = 9, now: int | None = None) -> ProduceResult:
+    def last_stable_offset(self, name: str, partition: int) -> int:
+        """The LSO: what read_committed consumers may read up to."""
+        return self.logs[(name, partition)].last_stable_offset(self.high_watermark(name, partition))
+
+    def produce(self, name: str, partition: int, records: bytes | None, *, version: int = 9, now: int | None = None,
+                transactional_id: str | None = None) -> ProduceResult:
         """Validate and append a client's batch (Produce ``version``). An idempotent
         producer's retry of one of its last five batches is answered with the original offsets
-        and not appended again."""
+        and not appended again. A producer's first transactional batch on the partition must be
+        in its ongoing transaction (KIP-890 verification)."""
         topic = self.state.topics.get(name)
         log = self.logs.get((name, partition))
         if topic is None or log is None:
@@ -594,9 +620,9 @@ class Broker:
         except RecordValidationError as exc:
             return ProduceResult(exc.code, message=exc.message, record_errors=tuple(exc.record_errors))
         if h.attributes & TRANSACTIONAL_FLAG:
-            # Kafka: transactional records need an authorized transactional id, and cohort
-            # serves no transactions yet.
-            return ProduceResult(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message="transactional records are not supported")
+            refused = self._verify_transactional(log, h, transactional_id, name, partition)
+            if refused is not None:
+                return refused
         if h.producer_id >= 0:
             try:
                 dup = log.producers.check(h)
@@ -610,6 +636,71 @@ class Broker:
             return ProduceResult(KAFKA_STORAGE_ERROR, message=f"append failed: {exc}")
         self._notify_append(name, partition)
         return ProduceResult(NONE, result.base_offset, log.start_offset, log_append_time=append_time)
+
+    def _verify_transactional(self, log: PartitionLog, h, transactional_id: str | None, name: str,
+                              partition: int) -> ProduceResult | None:
+        """A transactional batch is appended only inside its producer's ongoing transaction, as
+        the coordinator knows it: the first batch of a transaction on this partition asks the
+        coordinator (Kafka's verification, mapped as for Produce v10 and below)."""
+        if transactional_id is None:
+            return ProduceResult(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message="transactional records need a transactional id")
+        if h.attributes & CONTROL_FLAG or h.producer_id < 0:
+            return ProduceResult(INVALID_REQUEST, message="a transactional batch needs a producer id and no control flag")
+        entry = log.producers.producers.get(h.producer_id)
+        if entry is not None and entry.epoch == h.producer_epoch and entry.current_txn_first_offset >= 0:
+            return None  # verified when this transaction's first batch came
+        code = INVALID_TXN_STATE if self.transaction_verifier is None else self.transaction_verifier(
+            transactional_id, h.producer_id, h.producer_epoch, (name, partition))
+        if code == NONE:
+            return None
+        if code == PRODUCER_FENCED:
+            return ProduceResult(INVALID_PRODUCER_EPOCH, message=f"producer epoch {h.producer_epoch} is fenced")
+        if code == CONCURRENT_TRANSACTIONS:  # retriable: the previous transaction is completing
+            return ProduceResult(NOT_ENOUGH_REPLICAS, message="the producer's previous transaction is still completing")
+        return ProduceResult(INVALID_TXN_STATE, message=f"partition {name}-{partition} is not in the ongoing "
+                                                        f"transaction of {transactional_id!r}")
+
+    def write_marker(self, name: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int = 0) -> int:
+        """Append a transaction's COMMIT / ABORT marker to a data partition (WriteTxnMarkers);
+        returns an error code."""
+        log = self.logs.get((name, partition))
+        if log is None or name in self._coordinator_logs:
+            return UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        except ProducerStateError as exc:
+            return exc.code
+        except OSError as exc:
+            _log.error("%s-%d: cannot append a transaction marker: %s", name, partition, exc)
+            return KAFKA_STORAGE_ERROR
+        self._notify_append(name, partition)
+        return NONE
+
+    def read_committed(self, name: str, partition: int, offset: int, max_bytes: int,
+                       allow_oversize: bool = True) -> tuple[int, bytes, list[AbortedTxn]]:
+        """(error, whole batches, aborted transactions among them) from ``offset`` up to the LSO:
+        what a read_committed consumer may see. It drops the records of the aborted transactions
+        listed, and skips markers."""
+        log = self.logs.get((name, partition))
+        if log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, b"", []
+        hw = self.high_watermark(name, partition)
+        if offset < log.start_offset or offset > hw:
+            return OFFSET_OUT_OF_RANGE, b"", []
+        lso = log.last_stable_offset(hw)
+        if offset >= lso:
+            return NONE, b"", []
+        try:
+            data = _clip(log.read(offset, max_bytes, allow_oversize), lso)
+        except OffsetOutOfRange:
+            return OFFSET_OUT_OF_RANGE, b"", []
+        if not data:
+            return NONE, b"", []
+        end = offset
+        for _, h in iter_batches(data):
+            end = h.last_offset + 1
+        return NONE, data, log.aborted_transactions(offset, end)
 
     def topic_policy(self, topic: Topic) -> TopicPolicy:
         """What record validation needs of a topic's configs (cached until they change)."""
@@ -642,7 +733,7 @@ class Broker:
             data = log.read(offset, max_bytes, allow_oversize)
         except OffsetOutOfRange:
             return OFFSET_OUT_OF_RANGE, b""
-        if name == OFFSETS_TOPIC:
+        if name in self._coordinator_logs:
             data = _clip(data, hw)
         return NONE, data
 
@@ -714,12 +805,16 @@ class Broker:
             topic = self.state.topics.get(name)
             if topic is None or "compact" not in self.topic_setting(topic, "cleanup.policy").split(","):
                 continue
-            upto = self.coordinator_logs[partition].high_watermark if name == OFFSETS_TOPIC else None
+            upto = self._cleanable_upto(name, partition, log)
             ratio = float(self.topic_setting(topic, "min.cleanable.dirty.ratio"))
             dirty = log.dirty_ratio(upto)
             if dirty > 0 and dirty >= ratio:
                 out.append((name, partition))
         return out
+
+    def _cleanable_upto(self, name: str, partition: int, log: PartitionLog) -> int:
+        """Compaction stays below the LSO (and, for coordinator logs, below their durable end)."""
+        return log.last_stable_offset(self.high_watermark(name, partition))
 
     async def compact(self, name: str, partition: int, now: int | None = None) -> compaction.CompactionPlan | None:
         """Compact one log's closed segments: the rewrite runs in a worker thread, the swap of
@@ -728,7 +823,7 @@ class Broker:
         now = now_ms() if now is None else now
         topic = self.state.topics[name]
         log = self.logs[(name, partition)]
-        upto = self.coordinator_logs[partition].high_watermark if name == OFFSETS_TOPIC else None
+        upto = self._cleanable_upto(name, partition, log)
         segments = log.closed_segments(upto)
         if not segments:
             return None

@@ -21,10 +21,11 @@ from typing import AsyncIterator, Iterator, Sequence
 
 from cohort.log import PartitionLog, fileio
 from cohort.log.batches import batch_records
-from cohort.protocol.records import build_batch, check_batch, read_header
+from cohort.protocol.records import CONTROL_FLAG, TRANSACTIONAL_FLAG, TxnBatch, build_batch, check_batch, control_type, read_header
 from cohort.stats import Histogram
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 _MEMBER_METADATA = b"\x00\x05"  # record type 5: ConsumerGroupMemberMetadata
@@ -89,8 +90,10 @@ class CoordinatorLog:
         """``callback()`` runs after the high watermark advances (wakes Fetch long-polls)."""
         self._listeners.append(callback)
 
-    def append_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> "asyncio.Future[int]":
-        """Append (key, value) records as one batch (value None is a tombstone).
+    def append_records(self, records: Sequence[tuple[bytes, bytes | None]],
+                       transaction: TxnBatch | None = None) -> "asyncio.Future[int]":
+        """Append (key, value) records as one batch (value None is a tombstone); with
+        ``transaction``, a transactional batch of that producer, or its marker (a control batch).
 
         Returns a future with the last offset, resolved after fsync. If the fsync fails, the
         future fails with ``OSError`` and the log is cut back to the high watermark (so the
@@ -109,7 +112,13 @@ class CoordinatorLog:
             fut.set_result(self.log.end_offset - 1)
             return fut
         started = time.perf_counter()
-        data = bytearray(build_batch(records, timestamp=int(time.time() * 1000)))
+        if transaction is None:
+            data = bytearray(build_batch(records, timestamp=int(time.time() * 1000)))
+        else:
+            flags = TRANSACTIONAL_FLAG | (CONTROL_FLAG if transaction.marker >= 0 else 0)
+            data = bytearray(build_batch(records, timestamp=int(time.time() * 1000), attributes=flags,
+                                         producer_id=transaction.producer_id,
+                                         producer_epoch=transaction.producer_epoch))
         result = self.log.append(data, [read_header(data)])
         self.append_seconds.observe(time.perf_counter() - started)
         self._waiters.append((result.last_offset, fut))
@@ -164,15 +173,21 @@ class CoordinatorLog:
         """One past the last record written (a failed fsync cuts it back to the high watermark)."""
         return self.log.end_offset
 
-    async def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """`read_all` for the coordinator runtime's replay, yielding to the event loop now and then."""
-        for n, record in enumerate(self.read_all(), 1):
+    async def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None, TxnBatch | None]]:
+        """(offset, key, value, transaction) of every record for the coordinator runtime's replay,
+        yielding to the event loop now and then; ``transaction`` is the producer of a
+        transactional or control batch, None for a plain one."""
+        for n, record in enumerate(self._read(), 1):
             yield record
             if n % 2000 == 0:
                 await asyncio.sleep(0)
 
     def read_all(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        """(offset, key, value) for every record in the log, oldest first, for replay."""
+        """(offset, key, value) for every record in the log, oldest first."""
+        for offset, key, value, _ in self._read():
+            yield offset, key, value
+
+    def _read(self) -> Iterator[tuple[int, bytes | None, bytes | None, TxnBatch | None]]:
         offset = self.log.start_offset
         end = self.log.end_offset
         while offset < end:
@@ -182,8 +197,14 @@ class CoordinatorLog:
             pos = 0
             while pos < len(chunk):
                 h = check_batch(chunk, pos)
+                txn = None
+                if h.attributes & TRANSACTIONAL_FLAG and h.producer_id >= 0:
+                    marker = -1
+                    if h.attributes & CONTROL_FLAG:
+                        marker = control_type(chunk, pos)
+                    txn = TxnBatch(h.producer_id, h.producer_epoch, marker)
                 for rec in batch_records(chunk[pos : pos + h.size]):
                     if rec[0] >= offset:
-                        yield rec
+                        yield rec[0], rec[1], rec[2], txn
                 offset = h.last_offset + 1
                 pos += h.size

@@ -38,7 +38,11 @@ from cohort.coordinator.records import (
     MemberState,
     OffsetCommitKey,
     OffsetCommitValue,
+    PendingOffset,
     Record,
+    TxnMarker,
+    TxnOffsetCommitKey,
+    TxnOffsetsRestore,
 )
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -336,7 +340,7 @@ class ShardState:
     """Everything a shard persists: consumer groups, classic groups, committed offsets and group
     configs. A group id names at most one consumer group or classic group."""
 
-    __slots__ = ("groups", "classic_groups", "offsets", "configs", "config")
+    __slots__ = ("groups", "classic_groups", "offsets", "configs", "config", "txn_offsets", "txn_groups")
 
     def __init__(self, config: CoordinatorConfig):
         self.config = config
@@ -344,6 +348,96 @@ class ShardState:
         self.classic_groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         self.configs: dict[str, GroupConfig] = {}
+        # Transactional offsets awaiting their producer's marker: group -> producer id ->
+        # partition -> PendingOffset, and producer id -> the groups it has pending offsets in.
+        self.txn_offsets: dict[str, dict[int, dict[tuple[str, int], PendingOffset]]] = {}
+        self.txn_groups: dict[int, set[str]] = {}
+
+    # --- transactional offsets -----------------------------------------------------------------
+
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with a transactional offset awaiting its marker."""
+        pending = self.txn_offsets.get(group_id)
+        return set() if not pending else {tp for tps in pending.values() for tp in tps}
+
+    def _pending_copy(self, gid: str) -> dict:
+        pending = self.txn_offsets.get(gid)
+        return {} if pending is None else {pid: dict(tps) for pid, tps in pending.items()}
+
+    def _set_pending(self, gid: str, pending: dict) -> None:
+        for pid in self.txn_offsets.get(gid, ()):
+            groups = self.txn_groups.get(pid)
+            if groups is not None:
+                groups.discard(gid)
+                if not groups:
+                    del self.txn_groups[pid]
+        pending = {pid: tps for pid, tps in pending.items() if tps}
+        if pending:
+            self.txn_offsets[gid] = pending
+            for pid in pending:
+                self.txn_groups.setdefault(pid, set()).add(gid)
+        else:
+            self.txn_offsets.pop(gid, None)
+
+    def _set_committed(self, gid: str, tp: tuple[str, int], value: OffsetCommitValue | None) -> None:
+        offsets = self.offsets.get(gid)
+        if value is None:
+            if offsets is not None and tp in offsets:
+                del offsets[tp]
+                if not offsets:
+                    del self.offsets[gid]
+        else:
+            if offsets is None:
+                offsets = self.offsets[gid] = {}
+            offsets[tp] = value
+
+    def apply_marker(self, producer_id: int, commit: bool) -> list[tuple[str, Record]]:
+        """A producer's transaction ended: on COMMIT its pending offsets become committed (unless
+        a plain commit came after them), on ABORT they are dropped. Returns (group, undo record)."""
+        undo = []
+        for gid in sorted(self.txn_groups.get(producer_id, ())):
+            before = self._pending_copy(gid)
+            pending = self._pending_copy(gid)
+            tps = pending.pop(producer_id, {})
+            changed: dict = {}
+            if commit:
+                stored = self.offsets.get(gid, {})
+                for tp, po in tps.items():
+                    if not po.beaten:
+                        changed[tp] = stored.get(tp)
+                        self._set_committed(gid, tp, po.value)
+            self._set_pending(gid, pending)
+            undo.append((gid, Record(TxnOffsetsRestore(gid, before, changed), None)))
+        return undo
+
+    def _apply_pending(self, key: TxnOffsetCommitKey, value: object | None, track: bool) -> tuple[Record | None, bool]:
+        gid = key.group_id
+        before = self._pending_copy(gid) if track else None
+        pending = self._pending_copy(gid)
+        tps = pending.setdefault(key.producer_id, {})
+        tp = (key.topic, key.partition)
+        if value is None:
+            tps.pop(tp, None)
+        else:
+            tps[tp] = value if type(value) is PendingOffset else PendingOffset(value)  # type: ignore[arg-type]
+        self._set_pending(gid, pending)
+        return (Record(TxnOffsetsRestore(gid, before, {}), None), False) if track else (None, False)
+
+    def _plain_commit_over_pending(self, gid: str, tp: tuple[str, int], value: object | None,
+                                   old: OffsetCommitValue | None, track: bool) -> tuple[Record | None, bool]:
+        """A plain commit (or tombstone) of a partition with pending transactional offsets: a later
+        COMMIT marker must not overwrite it, and a tombstone drops them (Kafka's rules)."""
+        before = self._pending_copy(gid) if track else None
+        pending = self._pending_copy(gid)
+        for tps in pending.values():
+            if tp in tps:
+                if value is None:
+                    del tps[tp]
+                else:
+                    tps[tp] = tps[tp]._replace(beaten=True)
+        self._set_pending(gid, pending)
+        self._set_committed(gid, tp, value)  # type: ignore[arg-type]
+        return (Record(TxnOffsetsRestore(gid, before, {tp: old}), None), False) if track else (None, False)
 
     def group_config(self, group_id: str) -> GroupConfig:
         return self.configs.get(group_id, NO_OVERRIDES)
@@ -352,11 +446,16 @@ class ShardState:
         """Apply one record. With `track`, return (inverse record, group_created)."""
         key, value = record
         cls = type(key)
+        if cls is TxnMarker:  # a replayed marker (live ones go through apply_marker)
+            self.apply_marker(key.producer_id, key.commit)  # type: ignore[attr-defined]
+            return None, False
         gid = key.group_id  # type: ignore[attr-defined]
         if cls is OffsetCommitKey:
             offsets = self.offsets.get(gid)
             tp = (key.topic, key.partition)  # type: ignore[attr-defined]
             old = None if offsets is None else offsets.get(tp)
+            if gid in self.txn_offsets:
+                return self._plain_commit_over_pending(gid, tp, value, old, track)
             if value is None:
                 if offsets is not None and tp in offsets:
                     del offsets[tp]
@@ -379,6 +478,13 @@ class ShardState:
             return Record(key, old_value), False
         if cls is GroupMetadataKey:
             return self._apply_classic(gid, record, track)
+        if cls is TxnOffsetCommitKey:
+            return self._apply_pending(key, value, track)  # type: ignore[arg-type]
+        if cls is TxnOffsetsRestore:
+            self._set_pending(gid, key.pending)  # type: ignore[attr-defined]
+            for tp, old_value in key.committed.items():  # type: ignore[attr-defined]
+                self._set_committed(gid, tp, old_value)
+            return None, False
 
         group = self.groups.get(gid)
         created = False

@@ -19,7 +19,7 @@ from cohort.coordinator.classic_group import ClassicGroup, ClassicGroupState
 from cohort.coordinator.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 from cohort.coordinator.context import GroupContext
 from cohort.coordinator.errors import CoordinatorError, Errors
-from cohort.coordinator.records import OffsetCommitKey, OffsetCommitValue
+from cohort.coordinator.records import OffsetCommitKey, OffsetCommitValue, TxnMarker, TxnOffsetCommitKey
 from cohort.coordinator.requests import (
     FetchedPartition,
     FetchedTopic,
@@ -31,6 +31,7 @@ from cohort.coordinator.requests import (
     OffsetFetchResponse,
     PartitionResult,
     TopicResult,
+    TxnOffsetCommitRequest,
 )
 
 
@@ -114,6 +115,67 @@ def commit_offsets(ctx: GroupContext, req: OffsetCommitRequest, now: int) -> Off
     return OffsetCommitResponse(tuple(topics))
 
 
+def _validate_transactional_commit(ctx: GroupContext, req: TxnOffsetCommitRequest) -> None:
+    """Kafka's validateTransactionalOffsetCommit (KIP-447): a zombie with an old generation or
+    member epoch is fenced here even while its producer is still valid."""
+    gid = req.group_id
+    if not gid or not gid.strip():
+        raise CoordinatorError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
+    epoch = req.generation_id
+    classic_group = ctx.state.classic_groups.get(gid)
+    if classic_group is not None:
+        if classic_group.is_in(ClassicGroupState.DEAD):
+            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE, f"Group {gid} is dead.")
+        if epoch < 0 and classic_group.is_in(ClassicGroupState.EMPTY):
+            return
+        if epoch >= 0 or req.member_id or req.group_instance_id is not None:
+            classic.validate_member(classic_group, req.member_id, req.group_instance_id)
+            if epoch != classic_group.generation_id:
+                raise CoordinatorError(Errors.ILLEGAL_GENERATION,
+                                       f"The generation id {epoch} is not the group's {classic_group.generation_id}.")
+        return  # without member data, a transactional commit is accepted (never REBALANCE_IN_PROGRESS)
+    group = ctx.state.groups.get(gid)
+    if group is None:
+        if epoch < 0:
+            return  # a "simple" group of offsets only
+        raise CoordinatorError(Errors.ILLEGAL_GENERATION, f"Group {gid} has no generation {epoch}.")
+    if epoch < 0 and not group.members:
+        return
+    if epoch == -1 and not req.member_id and req.group_instance_id is None:
+        return  # an old-style transactional commit, without the consumer's group metadata
+    member = group.members.get(req.member_id)
+    if member is None:
+        raise CoordinatorError(Errors.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}.")
+    if epoch != member.member_epoch:  # Kafka turns STALE_MEMBER_EPOCH into ILLEGAL_GENERATION here
+        raise CoordinatorError(Errors.ILLEGAL_GENERATION,
+                               f"The member epoch {epoch} is not the current member epoch {member.member_epoch}.")
+
+
+def commit_transactional_offsets(ctx: GroupContext, req: TxnOffsetCommitRequest, now: int) -> OffsetCommitResponse:
+    """TxnOffsetCommit: the offsets are written in the producer's transactional batch and stay
+    pending (invisible to OffsetFetch) until its COMMIT marker; an ABORT drops them."""
+    _validate_transactional_commit(ctx, req)
+    max_bytes = ctx.config.offset_metadata_max_bytes
+    topics = []
+    for topic in req.topics:
+        results = []
+        for p in topic.partitions:
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > max_bytes:
+                results.append(PartitionResult(p.partition, Errors.OFFSET_METADATA_TOO_LARGE))
+                continue
+            ctx.append(TxnOffsetCommitKey(req.group_id, topic.name, p.partition, req.producer_id, req.producer_epoch),
+                       OffsetCommitValue(p.offset, p.leader_epoch, metadata, now))
+            results.append(PartitionResult(p.partition))
+        topics.append(TopicResult(topic.name, tuple(results)))
+    return OffsetCommitResponse(tuple(topics))
+
+
+def transaction_marker(req) -> TxnMarker:
+    """The marker record a TxnMarkerRequest writes."""
+    return TxnMarker(req.producer_id, req.producer_epoch, req.commit, req.coordinator_epoch)
+
+
 def commit_error_response(req: OffsetCommitRequest, code: Errors) -> OffsetCommitResponse:
     return OffsetCommitResponse(tuple(
         TopicResult(t.name, tuple(PartitionResult(p.partition, code) for p in t.partitions)) for t in req.topics
@@ -135,6 +197,9 @@ def fetch_offsets(ctx: GroupContext, req: OffsetFetchRequest) -> OffsetFetchResp
                                        f"The member epoch {req.member_epoch} is stale; "
                                        f"the current member epoch is {member.member_epoch}.")
     stored = view.offsets.get(gid, {})
+    # RequireStable (v7+): a partition whose transactional offset awaits its marker is
+    # UNSTABLE_OFFSET_COMMIT (the client retries); Kafka reads pending writes too, so does this.
+    unstable = ctx.state.pending_partitions(gid) if req.require_stable else ()
     topics = []
     if req.topics is None:
         by_topic: dict[str, list[int]] = {}
@@ -147,7 +212,9 @@ def fetch_offsets(ctx: GroupContext, req: OffsetFetchRequest) -> OffsetFetchResp
         fetched = []
         for p in partitions:
             value = stored.get((name, p))
-            if value is None:
+            if unstable and (name, p) in unstable:
+                fetched.append(FetchedPartition(p, error_code=Errors.UNSTABLE_OFFSET_COMMIT))
+            elif value is None:
                 fetched.append(FetchedPartition(p))
             else:
                 fetched.append(FetchedPartition(p, value.offset, value.leader_epoch, value.metadata))
@@ -234,7 +301,8 @@ def expire_offsets(ctx: GroupContext, now: int) -> None:
     for gid in sorted(state.classic_groups.keys() & state.offsets.keys()):
         group = state.classic_groups[gid]
         stored = state.offsets[gid]
-        expired = _classic_expired(group, stored, now, retention)
+        pending = state.pending_partitions(gid)
+        expired = [tp for tp in _classic_expired(group, stored, now, retention) if tp not in pending]
         all_expired = len(expired) == len(stored)
         for topic, partition in expired:
             ctx.append(OffsetCommitKey(gid, topic, partition), None)
@@ -246,7 +314,9 @@ def expire_offsets(ctx: GroupContext, now: int) -> None:
         group = state.groups.get(gid)
         stored = state.offsets.get(gid, {})
         subscribed = group.subscribed_topic_names() if group is not None else set()
-        expired = sorted(tp for tp, v in stored.items() if tp[0] not in subscribed and _expired(v, now, retention))
+        pending = state.pending_partitions(gid)
+        expired = sorted(tp for tp, v in stored.items() if tp[0] not in subscribed and tp not in pending
+                         and _expired(v, now, retention))
         all_expired = len(expired) == len(stored)
         for topic, partition in expired:
             ctx.append(OffsetCommitKey(gid, topic, partition), None)

@@ -19,8 +19,10 @@ import enum
 import struct
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from cohort.protocol.records import ABORT_MARKER, COMMIT_MARKER, TxnBatch
 
 Assignment = Mapping[uuid.UUID, tuple[int, ...]]
 
@@ -227,6 +229,53 @@ class Record(NamedTuple):
 
     key: object
     value: object | None
+
+
+# ---------------------------------------------------------------- transactions (KIP-98 / KIP-447)
+# A TxnOffsetCommit writes ordinary OffsetCommit records in a transactional batch of the
+# producer; in memory they are told apart by their key type, so the state keeps them pending
+# until the producer's marker. A marker is a control batch of its own.
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitKey:
+    """An OffsetCommit record in a transactional batch of ``producer_id`` (value: the pending
+    OffsetCommitValue; as an undo record, a PendingOffset or None)."""
+
+    group_id: str
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int = field(default=-1, compare=False)
+    TYPE = RecordType.OFFSET_COMMIT
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT or ABORT marker of a producer's transaction (a control batch; value None)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int = 0
+
+
+class PendingOffset(NamedTuple):
+    """A transactional offset awaiting its marker; ``beaten`` once a plain commit of the same
+    partition came after it (a COMMIT marker then leaves the plain one in place, as Kafka does)."""
+
+    value: OffsetCommitValue
+    beaten: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetsRestore:
+    """Undo record: puts back a group's pending transactional offsets and the committed offsets
+    a transactional step changed (``committed``: partition -> value or None)."""
+
+    group_id: str
+    pending: dict
+    committed: dict
 
 
 # ---------------------------------------------------------------- encoding primitives
@@ -464,7 +513,7 @@ class _Reader:
 
 def encode_key(key: object) -> bytes:
     out = bytearray(_I16.pack(key.TYPE))  # type: ignore[attr-defined]
-    if isinstance(key, OffsetCommitKey):
+    if isinstance(key, (OffsetCommitKey, TxnOffsetCommitKey)):
         _str16(out, key.group_id)
         _str16(out, key.topic)
         out += _I32.pack(key.partition)
@@ -801,13 +850,37 @@ def _decode_value(rtype: int, data: bytes) -> object:
     return value
 
 
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
 def encode(record: Record) -> tuple[bytes, bytes | None]:
-    """The (key, value) bytes of a record; value None for a tombstone."""
-    return encode_key(record.key), encode_value(record.value)
+    """The (key, value) bytes of a record; value None for a tombstone. A marker's are those of
+    its control record (`transaction_of` says which batch the records go in)."""
+    key = record.key
+    if type(key) is TxnMarker:
+        return _CONTROL_KEY.pack(0, 1 if key.commit else 0), _CONTROL_VALUE.pack(0, key.coordinator_epoch)
+    return encode_key(key), encode_value(record.value)
 
 
-def decode(key: bytes, value: bytes | None) -> Record:
-    """Parse a record written by `encode` (or by Kafka, for the shared types)."""
+def transaction_of(records: list[Record]) -> TxnBatch | None:
+    """The batch the records of one write must go in: a transactional batch for transactional
+    offsets, a control batch for a marker, None for a plain batch."""
+    if not records:
+        return None
+    key = records[0].key
+    if type(key) is TxnMarker:
+        return TxnBatch(key.producer_id, key.producer_epoch, COMMIT_MARKER if key.commit else ABORT_MARKER)
+    if type(key) is TxnOffsetCommitKey:
+        return TxnBatch(key.producer_id, key.producer_epoch)
+    return None
+
+
+def decode(key: bytes, value: bytes | None, transaction: TxnBatch | None = None) -> Record:
+    """Parse a record written by `encode` (or by Kafka, for the shared types); ``transaction``
+    is the batch's producer if the batch is transactional."""
+    if transaction is not None:
+        return _decode_transactional(key, value, transaction)
     try:
         decoded_key = decode_key(key)
         if value is None:
@@ -821,3 +894,19 @@ def decode(key: bytes, value: bytes | None) -> Record:
         return Record(decoded_key, _decode_value(rtype, value))
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise RecordFormatError(f"malformed coordinator record: {exc}") from None
+
+
+def _decode_transactional(key: bytes, value: bytes | None, transaction: TxnBatch) -> Record:
+    if transaction.marker >= 0:
+        try:
+            _, epoch = _CONTROL_VALUE.unpack_from(value or b"")
+        except struct.error:
+            epoch = 0
+        return Record(TxnMarker(transaction.producer_id, transaction.producer_epoch,
+                                transaction.marker == COMMIT_MARKER, epoch), None)
+    record = decode(key, value)
+    k = record.key
+    if type(k) is OffsetCommitKey and record.value is not None:
+        return Record(TxnOffsetCommitKey(k.group_id, k.topic, k.partition, transaction.producer_id,
+                                         transaction.producer_epoch), record.value)
+    return record

@@ -161,6 +161,39 @@ class OffsetCommitResponse:
     topics: tuple[TopicResult, ...]
 
 
+# ------------------------------------------------------------------ TxnOffsetCommit (28), markers
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """Offsets committed inside a producer's transaction (KIP-98), with the consumer's group
+    metadata (KIP-447: generation or member epoch, member id, instance id) from v3."""
+
+    group_id: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: Sequence[OffsetCommitTopic]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerRequest:
+    """Write a transaction's COMMIT or ABORT marker to this shard's partition (the transaction
+    coordinator's WriteTxnMarkers step for ``__consumer_offsets``)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerResponse:
+    error_code: int = 0
+
+
 # ------------------------------------------------------------------ OffsetFetch (9), one group
 
 @dataclass(frozen=True, slots=True)
@@ -444,3 +477,4 @@ class Result:
     response: object = None
     end_offset: int = 0
     completions: Sequence[tuple[int, object]] = ()  # (request_id, response) pairs; () costs no allocation
+    transaction: object = None  # the producer's TxnBatch when the records form a transactional or control batch

@@ -69,6 +69,7 @@ from cohort.coordinator.context import GroupContext
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.lag import NO_LOG_OFFSETS, LogOffsets, partition_lags
 from cohort.coordinator.metadata import EMPTY_IMAGE, MetadataImage
+from cohort.coordinator.records import transaction_of as records_of_transaction
 from cohort.coordinator.records import (
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
@@ -106,6 +107,9 @@ from cohort.coordinator.requests import (
     Parked,
     Result,
     SyncGroupRequest,
+    TxnMarkerRequest,
+    TxnMarkerResponse,
+    TxnOffsetCommitRequest,
 )
 from cohort.coordinator.target import LagProvider, assignor_name
 from cohort.coordinator.timers import Timers
@@ -155,6 +159,7 @@ class GroupCoordinatorShard:
         self._completions: list[tuple[int, object]] = []
         self._request_ids = itertools.count(1)
         self._request_id = 0
+        self._transaction: object = None  # the TxnBatch of the operation in progress, if any
         self._now = 0  # the time of the operation in progress
         self.context = GroupContext(
             self.state, self.timers, self.config, lag_balance=self.lag_balance, append=self._emit,
@@ -247,6 +252,7 @@ class GroupCoordinatorShard:
         self._batch = []
         self._deferred = []
         self._completions = []
+        self._transaction = None
         try:
             response = op()
         except CoordinatorError as err:
@@ -270,6 +276,10 @@ class GroupCoordinatorShard:
                     response = released
                     del completions[i]
                     break
+        if self._transaction is not None:
+            transaction, self._transaction = self._transaction, None
+            return Result(records, response, self.last_written_offset, completions,
+                          transaction if records else None)
         return Result(records, response, self.last_written_offset, completions)
 
     def _emit(self, key: object, value: object | None) -> None:
@@ -331,7 +341,8 @@ class GroupCoordinatorShard:
     # ================================================================== loading
 
     def replay(self, record: Record) -> None:
-        """Apply a record read back from the log (it is committed by definition)."""
+        """Apply a record read back from the log (it is committed by definition; a marker
+        settles its producer's pending transactional offsets)."""
         if self._undo:
             raise RuntimeError("replay() is for loading; records returned by handle() are already applied")
         self.state.apply(record, track=False)
@@ -470,6 +481,24 @@ class GroupCoordinatorShard:
     def _commit_offsets(self, req: OffsetCommitRequest, now: int):
         return offset_ops.commit_offsets(self.context, req, now)
 
+    def _txn_offset_commit(self, req: TxnOffsetCommitRequest, now: int):
+        response = offset_ops.commit_transactional_offsets(self.context, req, now)
+        self._transaction = records_of_transaction(self._batch or [])
+        return response
+
+    def _txn_marker(self, req: TxnMarkerRequest, now: int) -> TxnMarkerResponse:
+        """One marker record in a control batch; in memory it settles the producer's pending
+        offsets in every group of this shard (one undo entry per group)."""
+        marker = offset_ops.transaction_marker(req)
+        offset = self.last_written_offset
+        for gid, inverse in self.state.apply_marker(marker.producer_id, marker.commit):
+            self._undo.append((offset, gid, inverse, False))
+            self._pending_groups[gid] += 1
+        self.last_written_offset += 1
+        self._batch.append(Record(marker, None))  # type: ignore[union-attr]
+        self._transaction = records_of_transaction(self._batch)  # type: ignore[arg-type]
+        return TxnMarkerResponse()
+
     def _delete_offsets(self, req: OffsetDeleteRequest, now: int):
         return offset_ops.delete_offsets(self.context, req)
 
@@ -505,6 +534,8 @@ class GroupCoordinatorShard:
         HeartbeatRequest: _classic_heartbeat,
         LeaveGroupRequest: _leave_group,
         OffsetCommitRequest: _commit_offsets,
+        TxnOffsetCommitRequest: _txn_offset_commit,
+        TxnMarkerRequest: _txn_marker,
         OffsetDeleteRequest: _delete_offsets,
         DeleteGroupsRequest: _delete_groups,
         AlterGroupConfigRequest: _alter_group_config,
@@ -627,7 +658,7 @@ class GroupCoordinatorShard:
 def _error_response(request: object, err: CoordinatorError) -> object:
     if isinstance(request, ConsumerGroupHeartbeatRequest):
         return ConsumerGroupHeartbeatResponse(error_code=err.code, error_message=err.message)
-    if isinstance(request, OffsetCommitRequest):
+    if isinstance(request, (OffsetCommitRequest, TxnOffsetCommitRequest)):
         return offset_ops.commit_error_response(request, err.code)
     if isinstance(request, AlterGroupConfigRequest):
         return AlterGroupConfigResponse(request.group_id, err.code, err.message)

@@ -3,8 +3,14 @@
 A record survives if no later record in the compacted range has the same key; a surviving
 tombstone (null value) is dropped once it is older than the tombstone horizon
 (``delete.retention.ms``), by which time every reader of the log has seen it. Records without
-a key, control batches and compressed batches are kept whole (their keys are not read), which
-is conservative: nothing that might be live is ever dropped. Surviving records keep their
+a key and compressed batches are kept whole (their keys are not read), which is conservative:
+nothing that might be live is ever dropped.
+
+Transactions follow Kafka's cleaner: the caller compacts only below the last stable offset;
+records of aborted transactions are removed whatever their keys; records of committed ones
+are compacted like any other; a transaction whose marker is not in the range is kept whole and
+shadows nothing. A marker is kept while any record of its transaction survives, and then until
+it is older than the tombstone horizon. Surviving records keep their
 offsets, so a compacted segment has gaps, which readers skip. An optional :class:`OrderGuard`
 keeps superseded records that a replay needs in front of a surviving one.
 
@@ -35,7 +41,20 @@ from crc32c import crc32c
 from cohort.log import fileio
 from cohort.log.batches import batch_records
 from cohort.log.segment import Segment, segment_name
-from cohort.protocol.records import CONTROL_FLAG, CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, Record, check_batch, decode_batch
+from cohort.protocol.records import (
+    ABORT_MARKER,
+    COMMIT_MARKER,
+    CONTROL_FLAG,
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_FLAG,
+    Record,
+    check_batch,
+    control_type,
+    decode_batch,
+)
 
 
 
@@ -81,6 +100,42 @@ def _keyed_batches(seg: Segment):
             yield raw, h, batch_records(raw)
 
 
+COMMITTED, ABORTED, UNDECIDED = "committed", "aborted", "undecided"
+
+
+class Transactions:
+    """The fate of every transactional batch in the compacted range, found by one pass over the
+    batch headers (and the markers' records): committed, aborted, or undecided when the range
+    holds no marker for it. Each marker is linked to the batches of its transaction."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.fate: dict[int, str] = {}  # base offset of a transactional data batch -> its fate
+        self.marker_of: dict[int, int] = {}  # data batch base offset -> its marker's base offset
+        open_batches: dict[int, list[int]] = {}  # producer id -> its open transaction's batches
+        for seg in segments:
+            for pos, h in seg.headers():
+                if not h.attributes & TRANSACTIONAL_FLAG or h.producer_id < 0:
+                    continue
+                if not h.attributes & CONTROL_FLAG:
+                    open_batches.setdefault(h.producer_id, []).append(h.base_offset)
+                    continue
+                kind = control_type(os.pread(seg.fd, h.size, pos))
+                if kind not in (COMMIT_MARKER, ABORT_MARKER):
+                    continue
+                for base in open_batches.pop(h.producer_id, ()):
+                    self.fate[base] = COMMITTED if kind == COMMIT_MARKER else ABORTED
+                    self.marker_of[base] = h.base_offset
+        for bases in open_batches.values():
+            for base in bases:
+                self.fate[base] = UNDECIDED
+
+    def of(self, h) -> str | None:
+        """The fate of a data batch (None: not transactional)."""
+        if not h.attributes & TRANSACTIONAL_FLAG or h.attributes & CONTROL_FLAG or h.producer_id < 0:
+            return None
+        return self.fate.get(h.base_offset, UNDECIDED)
+
+
 class OrderGuard(Protocol):
     """Keeps superseded records a replay still needs in front of a newer one (see
     ``CoordinatorLog.compaction_guard``): it sees every record in offset order, then names the
@@ -91,11 +146,15 @@ class OrderGuard(Protocol):
     def extra_offsets(self, newest: dict[bytes, int]) -> set[int]: ...
 
 
-def newest_offsets(segments: list[Segment], guard: OrderGuard | None = None) -> dict[bytes, int]:
-    """key -> offset of its newest record in ``segments``."""
+def newest_offsets(segments: list[Segment], guard: OrderGuard | None = None,
+                   txns: Transactions | None = None) -> dict[bytes, int]:
+    """key -> offset of its newest record in ``segments`` (records of aborted or undecided
+    transactions do not count)."""
     newest: dict[bytes, int] = {}
     for seg in segments:
-        for _raw, _h, records in _keyed_batches(seg):
+        for _raw, h, records in _keyed_batches(seg):
+            if records and txns is not None and txns.of(h) in (ABORTED, UNDECIDED):
+                continue
             if records:
                 for offset, key, value in records:
                     if key is not None:
@@ -171,8 +230,10 @@ def build(log: CompactedLog, segments: list[Segment], tombstone_horizon_ms: int,
     Safe to run in a worker thread while the owner appends to the active segment: it reads
     only the given sealed segments and touches only their files."""
     directory = log.directory
-    newest = newest_offsets(segments, guard)
+    txns = Transactions(segments)
+    newest = newest_offsets(segments, guard, txns)
     extra = guard.extra_offsets(newest) if guard is not None else set()
+    survivors: set[int] = set()  # markers (base offsets) with a surviving record of their transaction
     swaps = []
     records_in = records_out = bytes_out = 0
     for group in group_segments(segments, log.segment_bytes):
@@ -184,7 +245,18 @@ def build(log: CompactedLog, segments: list[Segment], tombstone_horizon_ms: int,
         since = log.index_interval
         for seg in group:
             for raw, h, records in _keyed_batches(seg):
-                if records is None:
+                fate = txns.of(h)
+                if fate == ABORTED:
+                    records_in += h.record_count
+                    continue
+                if fate == COMMITTED and records is None:
+                    survivors.add(txns.marker_of[h.base_offset])
+                if records is None and h.attributes & CONTROL_FLAG and h.attributes & TRANSACTIONAL_FLAG \
+                        and h.base_offset not in survivors and h.max_timestamp < tombstone_horizon_ms \
+                        and control_type(raw) in (COMMIT_MARKER, ABORT_MARKER):
+                    records_in += h.record_count
+                    continue  # a marker whose transaction left nothing behind, past the horizon
+                if records is None or fate == UNDECIDED:
                     kept_batch = raw
                     records_in += h.record_count
                     records_out += h.record_count
@@ -194,6 +266,8 @@ def build(log: CompactedLog, segments: list[Segment], tombstone_horizon_ms: int,
                         newest[key] == off and (value is not None or h.max_timestamp >= tombstone_horizon_ms))}
                     if not kept:
                         continue
+                    if fate == COMMITTED:
+                        survivors.add(txns.marker_of[h.base_offset])
                     records_out += len(kept)
                     if len(kept) == len(records):
                         kept_batch = raw
@@ -206,6 +280,9 @@ def build(log: CompactedLog, segments: list[Segment], tombstone_horizon_ms: int,
                 out += kept_batch
         _write_synced(cleaned_log, bytes(out))
         _write_synced(cleaned_index, bytes(index))
+        aborted = b"".join(_read_or_empty(seg.txnindex_path) for seg in group)
+        if aborted:  # the group's aborted-transaction entries move to the new segment
+            _write_synced(os.path.join(directory, segment_name(base, ".txnindex.cleaned")), aborted)
         bytes_out += len(out)
         swaps.append({"base": base, "old": [s.base_offset for s in group]})
     fileio.fsync_dir(directory)
@@ -230,6 +307,14 @@ def _write_synced(path: str, data: bytes) -> None:
         fileio.IO.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _read_or_empty(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return b""
 
 
 def _write_manifest(directory: str, swaps: list[dict]) -> None:
@@ -258,11 +343,15 @@ def _apply(directory: str, swaps: list[dict]) -> None:
             os.replace(cleaned_log, os.path.join(directory, segment_name(base, ".log")))
         if os.path.exists(cleaned_index):
             os.replace(cleaned_index, os.path.join(directory, segment_name(base, ".index")))
+        cleaned_txn = os.path.join(directory, segment_name(base, ".txnindex.cleaned"))
+        if os.path.exists(cleaned_txn):
+            os.replace(cleaned_txn, os.path.join(directory, segment_name(base, ".txnindex")))
         for old in swap["old"]:
             if old != base:
                 _unlink(os.path.join(directory, segment_name(old, ".log")))
                 _unlink(os.path.join(directory, segment_name(old, ".index")))
                 _unlink(os.path.join(directory, segment_name(old, ".timeindex")))
+                _unlink(os.path.join(directory, segment_name(old, ".txnindex")))
     fileio.fsync_dir(directory)
     _unlink(os.path.join(directory, MANIFEST))
     fileio.fsync_dir(directory)

@@ -20,9 +20,18 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from cohort.log import compaction, fileio
-from cohort.log.producer_state import ProducerState
+from cohort.log.producer_state import AbortedTxn, ProducerState
 from cohort.log.segment import Segment, now_ms
-from cohort.protocol.records import BatchHeader, assign_offsets, read_header, record_times
+from cohort.log.txn_index import TxnIndex
+from cohort.protocol.records import (
+    CONTROL_FLAG,
+    BatchHeader,
+    assign_offsets,
+    build_marker_batch,
+    control_type,
+    read_header,
+    record_times,
+)
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_INDEX_INTERVAL = 4096
@@ -84,7 +93,7 @@ class PartitionLog:
         bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
         for name in names:  # an index whose segment was deleted just before a crash
             stem, dot, suffix = name.rpartition(".")
-            if suffix in ("index", "timeindex") and stem + ".log" not in names:
+            if suffix in ("index", "timeindex", "txnindex") and stem + ".log" not in names:
                 os.unlink(os.path.join(directory, name))
         self.segments: list[Segment] = []
         for i, base in enumerate(bases):
@@ -111,14 +120,43 @@ class PartitionLog:
         self._deleted_upto = min(self._read_checkpoint(LOG_START_FILE), self.end_offset)
         self.cleaned_upto = self.start_offset
         self.producers = ProducerState(directory)
+        self.txn_index = TxnIndex(directory)
         self._load_producer_state(names)
 
     def _load_producer_state(self, names: list[str] | None = None) -> None:
-        """The newest producer snapshot, then every batch after it (headers only)."""
+        """The newest producer snapshot, then every batch after it (headers, and the type of each
+        transaction marker); the aborted-transaction index is rebuilt from there on."""
         start = self.producers.load(self.start_offset, self.end_offset, names)
+        self.txn_index.load(self._bases, start)
         if start < self.end_offset:
-            self.producers.replay(h for _, _, h in self.batches_from(start))
+            for seg, p, h in self.batches_from(start):
+                if h.producer_id < 0:
+                    self.producers.end_offset = h.last_offset + 1
+                    continue
+                marker = control_type(os.pread(seg.fd, h.size, p)) if h.attributes & CONTROL_FLAG else -1
+                for aborted in self.producers.replay(((h, marker),)):
+                    self.txn_index.add(seg.base_offset, aborted)
         self.producers.end_offset = self.end_offset
+
+    # --- transactions ------------------------------------------------------------------------
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: the first offset of the oldest open transaction, capped at the high watermark."""
+        unstable = self.producers.first_unstable_offset()
+        return high_watermark if unstable is None else min(unstable, high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        return self.txn_index.collect(fetch_offset, upper_bound)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      now: int | None = None) -> AppendResult:
+        """Append a COMMIT or ABORT marker for a producer's transaction (the coordinator's
+        WriteTxnMarkers step). Raises ProducerStateError for a fenced epoch, OSError if the disk
+        refuses the write."""
+        self.producers.check_marker(producer_id, producer_epoch)
+        data = bytearray(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                            now_ms() if now is None else now))
+        return self.append(data, (read_header(data),))
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -147,6 +185,7 @@ class PartitionLog:
                 seg.remove()
         self.cleaned_upto = max(self.cleaned_upto, self.start_offset)
         self.producers.delete_snapshots_before(self.segments[0].base_offset)
+        self.txn_index.drop_before(self.segments[0].base_offset)
         return self.start_offset
 
     @property
@@ -171,10 +210,15 @@ class PartitionLog:
         nxt = assign_offsets(data, headers, first)
         active.append(data, first, nxt, max(h.max_timestamp for h in headers))
         offset = first
+        pos = 0
         for h in headers:
             if h.producer_id >= 0:
-                self.producers.apply(h, offset)
+                marker = control_type(data, pos) if h.attributes & CONTROL_FLAG else -1
+                aborted = self.producers.apply(h, offset, marker)
+                if aborted is not None:
+                    self.txn_index.add(active.base_offset, aborted)
             offset += h.last_offset_delta + 1
+            pos += h.size
         self.producers.end_offset = nxt
         self._unflushed += nxt - first
         if self.flush_messages is not None and self._unflushed >= self.flush_messages:
@@ -190,6 +234,7 @@ class PartitionLog:
         seg = Segment(self.directory, self.end_offset, self.index_interval)
         try:
             old.seal()
+            self.txn_index.sync(old.base_offset)
             fileio.fsync_dir(self.directory)  # the new file's name is durable before data goes in
         except OSError:
             seg.remove()
@@ -273,6 +318,7 @@ class PartitionLog:
             for seg in gone:
                 seg.remove()
             self.producers.delete_snapshots_before(self.start_offset)
+            self.txn_index.drop_before(self.segments[0].base_offset)
             _log.info("%s: retention deleted %d segment(s); log start offset is now %d", self.directory, doomed, self.start_offset)
         return doomed
 

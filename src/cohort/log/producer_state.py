@@ -9,8 +9,13 @@ start at any sequence, as in Kafka 4 (its state may have expired or been deleted
 
 The state is a function of the log: :meth:`ProducerState.apply` is called for every appended
 batch, and recovery loads the newest snapshot (taken at each segment roll and on close) and
-applies the batches after it. Transactions will add the coordinator epoch and the first offset
-of the open transaction to each entry; the snapshot format already carries both.
+applies the batches after it.
+
+Transactions: a producer's first transactional batch opens its transaction at that batch's
+offset (``current_txn_first_offset``); its COMMIT or ABORT marker closes it. The smallest first
+offset of the open transactions is the partition's first unstable offset, which bounds the last
+stable offset (LSO) read_committed consumers read up to. An aborted transaction is handed back
+to the log for its aborted-transaction index.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Iterable
 from crc32c import crc32c
 
 from cohort.log import fileio
-from cohort.protocol.records import BatchHeader
+from cohort.protocol.records import ABORT_MARKER, COMMIT_MARKER, CONTROL_FLAG, TRANSACTIONAL_FLAG, BatchHeader
 
 BATCHES_TO_RETAIN = 5
 INT32_MAX = 2**31 - 1
@@ -36,6 +41,7 @@ SNAPSHOTS_KEPT = 2
 # Kafka error codes raised by the checks.
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
 
 # Snapshot layout, Kafka's ProducerSnapshot v1: int16 version, uint32 CRC32C of what follows,
 # int32 entry count, then per entry producer id, epoch, last sequence, last offset, offset
@@ -93,6 +99,17 @@ class ProducerEntry:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An entry of the aborted-transaction index (Kafka's AbortedTxn): the transaction's first
+    offset, its ABORT marker's offset, and the LSO just after the marker was written."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
 def last_sequence(h: BatchHeader) -> int:
     """The batch's last sequence; sequences wrap from 2^31-1 to 0."""
     seq = h.base_sequence + h.last_offset_delta
@@ -110,12 +127,17 @@ def snapshot_name(offset: int) -> str:
 class ProducerState:
     """The producer entries of one partition log, as of ``end_offset``."""
 
-    __slots__ = ("directory", "producers", "end_offset")
+    __slots__ = ("directory", "producers", "end_offset", "ongoing")
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.end_offset = 0  # every batch below this offset has been applied
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none is open)."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     # --- client appends ----------------------------------------------------------------------
 
@@ -131,6 +153,10 @@ class ProducerState:
         dup = entry.duplicate_of(h)
         if dup is not None:
             return dup
+        if not h.attributes & TRANSACTIONAL_FLAG and entry.current_txn_first_offset >= 0:
+            raise ProducerStateError(
+                INVALID_TXN_STATE,
+                f"producer {h.producer_id} sent a non-transactional batch while its transaction is open")
         if h.producer_epoch < entry.epoch:
             raise ProducerStateError(
                 INVALID_PRODUCER_EPOCH,
@@ -147,27 +173,60 @@ class ProducerState:
                 f"{h.base_sequence} after {entry.last_seq}")
         return None
 
-    def apply(self, h: BatchHeader, base_offset: int) -> None:
+    def check_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """Validate a transaction marker before it is appended: its epoch may not be older than
+        the producer's (a fenced producer's transaction is aborted with a newer epoch)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise ProducerStateError(
+                INVALID_PRODUCER_EPOCH,
+                f"marker epoch {producer_epoch} of producer {producer_id} is older than its current epoch {entry.epoch}")
+
+    def apply(self, h: BatchHeader, base_offset: int, marker: int = -1) -> AbortedTxn | None:
         """Record an appended batch with producer id >= 0 (from a client, a replay or a
-        coordinator) whose first offset is ``base_offset``; the caller moves ``end_offset``."""
+        coordinator) whose first offset is ``base_offset``; the caller moves ``end_offset``.
+        ``marker`` is the control type of a control batch. Returns the transaction an ABORT
+        marker closed, for the aborted-transaction index."""
         last_offset = base_offset + h.last_offset_delta
         entry = self.producers.get(h.producer_id)
         if entry is None:
             entry = self.producers[h.producer_id] = ProducerEntry(h.producer_id)
         if h.producer_epoch != entry.epoch:
-            entry.epoch = h.producer_epoch
-            entry.batches.clear()
+            if h.producer_epoch > entry.epoch or not h.attributes & CONTROL_FLAG:
+                entry.epoch = h.producer_epoch
+                entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+        if h.attributes & CONTROL_FLAG:
+            if marker not in (COMMIT_MARKER, ABORT_MARKER):
+                return None
+            first = entry.current_txn_first_offset
+            if first < 0:
+                return None  # a marker with no open transaction completes nothing
+            entry.current_txn_first_offset = -1
+            del self.ongoing[h.producer_id]
+            if marker == COMMIT_MARKER:
+                return None
+            unstable = self.first_unstable_offset()
+            return AbortedTxn(h.producer_id, first, last_offset, last_offset + 1 if unstable is None else unstable)
         if h.base_sequence >= 0:
             entry.batches.append(BatchMetadata(h.base_sequence, last_sequence(h), last_offset,
                                                h.last_offset_delta, h.max_timestamp))
-        entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+        if h.attributes & TRANSACTIONAL_FLAG and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = base_offset
+            self.ongoing[h.producer_id] = base_offset
+        return None
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        """Apply batches read back from the log (their offsets are the stored ones)."""
-        for h in headers:
+    def replay(self, batches: Iterable[tuple[BatchHeader, int]]) -> list[AbortedTxn]:
+        """Apply (header, control type) of batches read back from the log (their offsets are
+        the stored ones); returns the aborted transactions met."""
+        aborted = []
+        for h, marker in batches:
             if h.producer_id >= 0:
-                self.apply(h, h.base_offset)
+                done = self.apply(h, h.base_offset, marker)
+                if done is not None:
+                    aborted.append(done)
             self.end_offset = h.last_offset + 1
+        return aborted
 
     # --- expiry ------------------------------------------------------------------------------
 
@@ -179,6 +238,10 @@ class ProducerState:
         for pid in doomed:
             del self.producers[pid]
         return len(doomed)
+
+    def describe(self) -> list[ProducerEntry]:
+        """Every producer entry (DescribeProducers)."""
+        return list(self.producers.values())
 
     # --- snapshots ---------------------------------------------------------------------------
 
@@ -269,9 +332,15 @@ class ProducerState:
                 self._remove_snapshot(offset)
                 continue
             self.end_offset = offset
+            self._index_ongoing()
             return offset
         self.end_offset = start_offset
+        self.ongoing = {}
         return start_offset
+
+    def _index_ongoing(self) -> None:
+        self.ongoing = {pid: e.current_txn_first_offset for pid, e in self.producers.items()
+                        if e.current_txn_first_offset >= 0}
 
     def delete_snapshots_before(self, offset: int) -> None:
         """Remove snapshots below the log start offset (their log is gone)."""

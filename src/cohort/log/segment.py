@@ -44,6 +44,7 @@ class Segment:
         self.log_path = os.path.join(directory, segment_name(base_offset, ".log"))
         self.index_path = os.path.join(directory, segment_name(base_offset, ".index"))
         self.timeindex_path = os.path.join(directory, segment_name(base_offset, ".timeindex"))
+        self.txnindex_path = os.path.join(directory, segment_name(base_offset, ".txnindex"))  # see txn_index.py
         self.index_interval = index_interval
         self._pins = 0
         self._fd = -1
@@ -410,7 +411,7 @@ class Segment:
 
     def remove(self) -> None:
         self.close()
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        for path in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
@@ -291,3 +291,42 @@ def record_times(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[
         off_delta, _ = _read_varint(mv, q)
         yield base + off_delta, base_ts + ts_delta
         p = end
+
+
+# --- transaction markers (control batches) ---------------------------------------------------
+
+ABORT_MARKER, COMMIT_MARKER = 0, 1  # Kafka's ControlRecordType ids for transaction markers
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def build_marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                       timestamp: int) -> bytes:
+    """A transaction marker as Kafka writes it: a transactional control batch of one record whose
+    key is (version 0, COMMIT or ABORT) and whose value is (version 0, coordinator epoch)."""
+    return build_batch([(_CONTROL_KEY.pack(0, COMMIT_MARKER if commit else ABORT_MARKER),
+                         _CONTROL_VALUE.pack(0, coordinator_epoch))],
+                       timestamp=timestamp, producer_id=producer_id, producer_epoch=producer_epoch,
+                       attributes=TRANSACTIONAL_FLAG | CONTROL_FLAG)
+
+
+def control_type(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The control record type of the (validated, uncompressed) control batch at ``pos``: COMMIT,
+    ABORT, or another type (KRaft's, or -1 when unreadable), which callers ignore."""
+    try:
+        records = decode_batch(buf, pos)
+    except InvalidBatch:
+        return -1
+    if len(records) != 1 or records[0].key is None or len(records[0].key) < 4:
+        return -1
+    version, kind = _CONTROL_KEY.unpack_from(records[0].key)
+    return kind if version >= 0 else -1
+
+
+class TxnBatch(NamedTuple):
+    """What makes a batch transactional: its producer, and for a marker its control type
+    (``marker`` -1 for a transactional data batch)."""
+
+    producer_id: int
+    producer_epoch: int
+    marker: int = -1

@@ -211,10 +211,12 @@ def produce(ctx: "RequestContext", req: DecodedRequest) -> Any:
                 error, base, start, msg = E.invalid_required_acks, -1, -1, f"acks={acks} is not 0, 1 or -1"
             elif not ctx.authorize(acls.WRITE, TOPIC, t.name):
                 error, base, start, msg = E.topic_authorization_failed, -1, -1, None
-            elif body.transactional_id is not None:
-                error, base, start, msg = E.transactional_id_authorization_failed, -1, -1, "transactions are not supported"
+            elif body.transactional_id is not None and not ctx.authorize(acls.WRITE, acls.TRANSACTIONAL_ID,
+                                                                         body.transactional_id):
+                error, base, start, msg = E.transactional_id_authorization_failed, -1, -1, None
             else:
-                r = broker.produce(t.name, p.index, p.records, version=req.version)
+                r = broker.produce(t.name, p.index, p.records, version=req.version,
+                                   transactional_id=body.transactional_id)
                 error, base, start, msg = r.error, r.base_offset, r.log_start_offset, r.message
                 append_time, record_errors = r.log_append_time, r.record_errors
             parts.append(build(part_cls, index=p.index, error_code=E(error), base_offset=base,
@@ -276,6 +278,8 @@ def _fetch_once(ctx: "RequestContext", req: DecodedRequest) -> tuple[Any, int, l
     topic_cls = nested(resp, "responses")
     part_cls = nested(topic_cls, "partitions")
     by_id = req.version >= 13
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    aborted_cls = nested(part_cls, "aborted_transactions")
     budget = min(body.max_bytes, ctx.config["fetch.max.bytes"])
     total = 0
     keys = []
@@ -285,6 +289,8 @@ def _fetch_once(ctx: "RequestContext", req: DecodedRequest) -> tuple[Any, int, l
         topic = broker.topic_by_id(t.topic_id) if by_id else broker.topics.get(t.topic)
         parts = []
         for p in t.partitions:
+            aborted = None
+            lso = -1
             if topic is not None and not ctx.authorize(acls.READ, TOPIC, topic.name) or (
                     topic is None and not by_id and not ctx.authorize(acls.READ, TOPIC, t.topic)):
                 error, hw, start, data = E.topic_authorization_failed, -1, -1, b""
@@ -298,13 +304,21 @@ def _fetch_once(ctx: "RequestContext", req: DecodedRequest) -> tuple[Any, int, l
                 start = log.start_offset
                 # KIP-74: only the first non-empty partition may exceed the limits.
                 limit = min(p.partition_max_bytes, budget - total)
-                code, data = broker.read(topic.name, p.partition, p.fetch_offset, max(limit, 0), allow_oversize=total == 0)
+                lso = log.last_stable_offset(hw)
+                if read_committed:  # up to the LSO, naming the aborted transactions in what is returned
+                    code, data, found = broker.read_committed(topic.name, p.partition, p.fetch_offset, max(limit, 0),
+                                                              allow_oversize=total == 0)
+                    aborted = tuple(build(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+                                    for a in found)
+                else:
+                    code, data = broker.read(topic.name, p.partition, p.fetch_offset, max(limit, 0),
+                                             allow_oversize=total == 0)
                 error = E(code)
                 total += len(data)
                 keys.append((topic.name, p.partition))
             errors = errors or error != E.none
             parts.append(build(part_cls, partition_index=p.partition, error_code=error, high_watermark=hw,
-                               last_stable_offset=hw, log_start_offset=start, aborted_transactions=None,
+                               last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
                                preferred_read_replica=-1, records=data))
         topics.append(build(topic_cls, topic=getattr(t, "topic", None), topic_id=getattr(t, "topic_id", None),
                             partitions=tuple(parts)))
@@ -315,6 +329,7 @@ def _fetch_once(ctx: "RequestContext", req: DecodedRequest) -> tuple[Any, int, l
 # --- ListOffsets ------------------------------------------------------------------------------
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+READ_COMMITTED = 1
 
 
 def list_offsets(ctx: "RequestContext", req: DecodedRequest) -> Any:
@@ -323,6 +338,7 @@ def list_offsets(ctx: "RequestContext", req: DecodedRequest) -> Any:
     topic_cls = nested(resp, "topics")
     part_cls = nested(topic_cls, "partitions")
     topics = []
+    read_committed = getattr(req.body, "isolation_level", 0) == READ_COMMITTED
     for t in req.body.topics:
         topic = broker.topics.get(t.name)
         parts = []
@@ -334,8 +350,10 @@ def list_offsets(ctx: "RequestContext", req: DecodedRequest) -> Any:
                 error = E.unknown_topic_or_partition
             else:
                 log = broker.log(topic.name, p.partition_index)
+                hw = broker.high_watermark(topic.name, p.partition_index)
+                bound = log.last_stable_offset(hw) if read_committed else hw  # read_committed: the LSO
                 if p.timestamp == LATEST:
-                    offset = broker.high_watermark(topic.name, p.partition_index)
+                    offset = bound
                 elif p.timestamp == EARLIEST:
                     offset = log.start_offset
                 elif p.timestamp == MAX_TIMESTAMP and req.version >= 7:
@@ -344,7 +362,7 @@ def list_offsets(ctx: "RequestContext", req: DecodedRequest) -> Any:
                         offset, ts = found
                 elif p.timestamp >= 0:
                     found = log.offset_for_timestamp(p.timestamp)
-                    if found is not None:
+                    if found is not None and found[0] < bound:
                         offset, ts = found
                 else:
                     error = E.invalid_request
@@ -545,7 +563,7 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
 def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
-    """Every group is coordinated by this node; transactions are not supported. A key the
+    """Every group and every transactional id is coordinated by this node. A key the
     principal may not describe gets GROUP_ / TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
     body = req.body
     resp = req.codec.response_type
@@ -560,7 +578,7 @@ def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
         if key_type == TRANSACTION_KEY:
             if not ctx.authorize(acls.DESCRIBE, acls.TRANSACTIONAL_ID, key):
                 return E.transactional_id_authorization_failed, None, -1, "", -1
-            return E.coordinator_not_available, "transactions are not supported", -1, "", -1
+            return E.none, None, ctx.broker.node_id, host, port
         return E.invalid_request, f"unknown key_type {key_type}", -1, "", -1
 
     if has_field(resp, "coordinators"):

@@ -48,18 +48,20 @@ log = logging.getLogger("cohort.runtime")
 class RecordLog(Protocol):
     """Where a shard's records live. Offsets count records from the start of the log."""
 
-    def append_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> asyncio.Future:
-        """Append (key, value) records (value None: a tombstone) in call order. Returns a future
-        resolved once they are durable, failed (OSError) if they never will be; raises OSError at
-        once when nothing was appended. Called on the event loop."""
+    def append_records(self, records: Sequence[tuple[bytes, bytes | None]], transaction: Any = None) -> asyncio.Future:
+        """Append (key, value) records (value None: a tombstone) in call order, as one batch
+        (``transaction``: a `TxnBatch` making it a producer's transactional batch or marker).
+        Returns a future resolved once they are durable, failed (OSError) if they never will
+        be; raises OSError at once when nothing was appended. Called on the event loop."""
 
     @property
     def end_offset(self) -> int:
         """One past the last record appended. Found below what the runtime appended: the log lost
         records that were not yet durable (the runtime reverts to there)."""
 
-    def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """(offset, key, value) of every record, oldest first, for the replay on load."""
+    def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None, Any]]:
+        """(offset, key, value, transaction) of every record, oldest first, for the replay on
+        load (``transaction``: the batch's `TxnBatch`, None for a plain batch)."""
 
 
 def now_ms() -> int:
@@ -137,7 +139,7 @@ class CoordinatorRuntime:
         log: RecordLog,
         *,
         encode: Callable[[Any], tuple[bytes, bytes | None]],
-        decode: Callable[[bytes | None, bytes | None], Any],
+        decode: Callable[[bytes | None, bytes | None, Any], Any],
         offload: Callable[..., Awaitable[Any]],
         order: ConnectionOrder,
         loading_message: str = "the coordinator is loading",
@@ -172,9 +174,9 @@ class CoordinatorRuntime:
         """Replay the log into the shard, re-arm its timers, then serve. Returns (records, skipped)."""
         count = skipped = 0
         async with self.lock:
-            async for offset, key, value in self.log.records():
+            async for offset, key, value, transaction in self.log.records():
                 try:
-                    self.shard.replay(self._decode(key, value))
+                    self.shard.replay(self._decode(key, value, transaction))
                 except Exception as exc:  # noqa: BLE001 - one bad record must not lose the rest
                     skipped += 1
                     log.error("%s: coordinator log offset %d cannot be replayed, skipped: %s", self.name, offset, exc)
@@ -232,7 +234,9 @@ class CoordinatorRuntime:
             return entry
         start = result.end_offset - len(records)
         try:
-            fut = self.log.append_records([self._encode(r) for r in records])
+            encoded = [self._encode(r) for r in records]
+            fut = (self.log.append_records(encoded) if result.transaction is None
+                   else self.log.append_records(encoded, result.transaction))
         except OSError as exc:
             log.error("%s: coordinator log append failed: %s", self.name, exc)
             released = self.shard.revert(start)

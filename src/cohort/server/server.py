@@ -64,7 +64,7 @@ _NO_LIFETIME = datetime.timedelta(0)  # SaslAuthenticate session lifetime: no re
 
 # Modules that register more APIs: each must define ``install(server)``.
 SHUTDOWN_GRACE_S = 0.05  # time for answers written by the shutdown hooks to leave
-PLUGINS = ("cohort.server.groups",)
+PLUGINS = ("cohort.server.groups", "cohort.server.transactions")  # transactions use the group coordinator
 
 
 class Server:
