@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from cohort import __version__
 from cohort.pipeline import cli as pipeline_cli
 from cohort.server import cli as serve_cli
-from cohort.tooling import configs_cli, console_cli, groups_cli, security_cli, topics_cli
+from cohort.tooling import configs_cli, console_cli, groups_cli, security_cli, topics_cli, transactions_cli
 
 EXIT_USAGE = 2
 
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs_cli.add_parser(sub)
     console_cli.add_parser(sub)
     security_cli.add_parser(sub)
+    transactions_cli.add_parser(sub)
     return parser
 
 

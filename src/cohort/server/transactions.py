@@ -426,8 +426,8 @@ class TransactionCoordinator:
                 error = E(described.error)
             if described is None or error != E.none:
                 out.append(build(state_cls, error_code=error, transactional_id=tid, transaction_state="",
-                                 transaction_timeout=ZERO, transaction_start_time=_time(-1), producer_id=-1,
-                                 producer_epoch=-1, topics=()))
+                                 transaction_timeout=ZERO, transaction_start_time=_time(0), producer_id=-1,
+                                 producer_epoch=-1, topics=()))  # Kafka leaves an error entry's fields at 0 / -1
                 continue
             by_topic: dict[str, list[int]] = {}
             for topic, partition in described.partitions:

@@ -136,7 +136,7 @@ def state_name(state: Any) -> str:
 
 def broker_states(args: argparse.Namespace) -> dict[str, str]:
     """group id -> its state as the coordinators spell it (ListGroups v4+, through kafka-python)."""
-    admin = _kafka_python_admin(args)
+    admin = client.kafka_python_admin(args)
     try:
         return {g["group_id"]: g.get("group_state") or "Unknown" for g in admin.list_groups()}
     except Exception as exc:  # kafka-python raises its KafkaError subclasses and ValueError alike
@@ -597,37 +597,6 @@ def run_delete(args: argparse.Namespace) -> int:
     return client.EXIT_FAILURE if failed else 0
 
 
-def _kafka_python_config(conf: dict[str, Any]) -> dict[str, Any]:
-    """librdkafka's client settings in kafka-python's names (the ones a --command-config holds)."""
-    names = {"bootstrap.servers": "bootstrap_servers", "security.protocol": "security_protocol",
-             "sasl.mechanism": "sasl_mechanism", "sasl.mechanisms": "sasl_mechanism",
-             "sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password",
-             "ssl.ca.location": "ssl_cafile", "ssl.certificate.location": "ssl_certfile",
-             "ssl.key.location": "ssl_keyfile", "ssl.key.password": "ssl_password", "client.id": "client_id"}
-    out = {}
-    for key, value in conf.items():
-        if key in names:
-            out[names[key]] = value
-        elif key not in ("logger", "socket.timeout.ms"):
-            raise UsageError(f"client setting {key!r} is not supported by kafka-python, which this command also uses")
-    return out
-
-
-def _kafka_python_admin(args: argparse.Namespace) -> Any:
-    """kafka-python's admin client, for the requests librdkafka cannot make (its log lines stay quiet)."""
-    import logging
-
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
-
-    logging.getLogger("kafka").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
-    try:
-        return KafkaAdminClient(**_kafka_python_config(client.client_config(args)),
-                                request_timeout_ms=int(args.timeout * 1000))
-    except KafkaError as exc:
-        raise ToolError(str(exc)) from None
-
-
 @reported("groups delete-offsets")
 def run_delete_offsets(args: argparse.Namespace) -> int:
     """OffsetDelete: librdkafka has no such admin call, kafka-python has."""
@@ -642,7 +611,7 @@ def run_delete_offsets(args: argparse.Namespace) -> int:
     confluent = client.admin(args)
     describe(confluent, [gid], args.timeout)  # "does not exist", as Kafka says it
     tps = [TopicPartition(t, p) for t, p in named_partitions(confluent, args.topic, args.timeout)]
-    admin = _kafka_python_admin(args)
+    admin = client.kafka_python_admin(args)
     try:
         result = admin.delete_group_offsets(gid, tps)
     except KafkaError as exc:
