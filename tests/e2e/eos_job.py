@@ -1,0 +1,49 @@
+"""An exactly-once consume-transform-produce job (confluent-kafka), run as a child process by
+test_exactly_once.py: it reads `eos-in` read_committed in a consumer group, writes `out-<value>`
+to the same partition of `eos-out` and commits the input offsets in the same transaction. On any
+error it exits (status 3); whoever restarts it resumes from the group's committed offsets, and
+its init_transactions() fences and aborts whatever the previous run left open.
+
+Usage: python eos_job.py BOOTSTRAP GROUP_PROTOCOL
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import confluent_kafka as ck
+
+IN, OUT, GROUP, TXN_ID = "eos-in", "eos-out", "eos-group", "eos-job"
+
+
+def main() -> int:
+    bootstrap, protocol = sys.argv[1], sys.argv[2]
+    classic = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500} if protocol == "classic" else {}
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "group.protocol": protocol,
+                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                            "isolation.level": "read_committed", **classic})
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": TXN_ID,
+                            "transaction.timeout.ms": 10_000, "linger.ms": 5, **({"debug": os.environ["EOS_DEBUG"]} if os.environ.get("EOS_DEBUG") else {})})
+    try:
+        producer.init_transactions(60)
+        consumer.subscribe([IN])
+        while True:
+            msgs = [m for m in consumer.consume(1000, 0.5) if not m.error()]
+            if not msgs:
+                continue
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(OUT, value=b"out-" + m.value(), partition=m.partition())
+            positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 60)
+            producer.commit_transaction(60)
+    except ck.KafkaException as exc:
+        print(f"eos job stops: {exc}", file=sys.stderr, flush=True)
+        return 3
+    finally:
+        consumer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
