@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from cohort.coordinator.requests import Parked
 from cohort.transactions import coordinator as tc
 from cohort.transactions.coordinator import TransactionCoordinatorShard, TxnConfig
 from cohort.transactions.records import TxnState, decode, encode
@@ -41,6 +42,7 @@ class TxnMachine(RuleBasedStateMachine):
         self.log: list = []
         self.now = 0
         self.handles: dict[int, tuple[str, int, int]] = {}  # handle -> (transactional id, producer id, epoch)
+        self.parked: dict[int, tuple] = {}  # request id -> the parked AddPartitions
         self.highest: dict[int, int] = {}  # producer id -> highest epoch handed out
 
     def _fresh(self) -> TransactionCoordinatorShard:
@@ -60,6 +62,14 @@ class TxnMachine(RuleBasedStateMachine):
     def _keep(self, result) -> None:
         self.log.extend(result.records)
         self.shard.commit(result.end_offset)
+        for rid, response in result.completions:  # parked AddPartitions, handled once their transaction completed
+            tid, pid, epoch, parts = self.parked.pop(rid)
+            code = set(response.errors.values()).pop()
+            t = self.shard.transactions.get(tid)
+            if code == tc.NONE:
+                assert t.state == TxnState.ONGOING and parts <= t.partitions and (t.producer_id, t.producer_epoch) == (pid, epoch)
+            else:
+                assert code in (tc.CONCURRENT_TRANSACTIONS, tc.PRODUCER_FENCED, tc.INVALID_PRODUCER_ID_MAPPING), code
 
     @rule(handle=st.sampled_from(HANDLES), tid=st.sampled_from(IDS), recover=st.booleans())
     def init(self, handle, tid, recover):
@@ -92,6 +102,10 @@ class TxnMachine(RuleBasedStateMachine):
         tid, pid, epoch = self.handles[handle]
         current = self.shard.transactions.get(tid)
         response = self._send(AddPartitions(tid, pid, epoch, tuple(sorted(parts))))
+        if isinstance(response, Parked):  # waits for the transaction being completed
+            assert current.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            self.parked[response.request_id] = (tid, pid, epoch, set(parts))
+            return
         codes = set(response.errors.values())
         assert len(codes) == 1
         code = codes.pop()
@@ -133,6 +147,10 @@ class TxnMachine(RuleBasedStateMachine):
 
     @rule()
     def restart(self):
+        for rid, response in self.shard.unload():  # parked requests are answered NOT_COORDINATOR
+            self.parked.pop(rid)
+            assert set(response.errors.values()) == {tc.NOT_COORDINATOR}
+        assert not self.parked
         fresh = self._fresh()
         for record in self.log:
             fresh.replay(decode(*encode(record)))

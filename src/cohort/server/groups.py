@@ -271,6 +271,10 @@ class GroupCoordinator:
             placed = self._placed[group_id] = runtimes[partition_for(group_id, len(runtimes))]
         return placed
 
+    def partition_of(self, runtime: CoordinatorRuntime) -> int:
+        """The `__consumer_offsets` partition a runtime's shard owns."""
+        return self._index[id(runtime)]
+
     def shard_for(self, group_id: str) -> GroupCoordinatorShard:
         return self.runtime_for(group_id).shard
 

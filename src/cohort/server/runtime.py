@@ -94,6 +94,12 @@ class _Append:
     durable: asyncio.Future = field(repr=False)  # True once committed, False if reverted
 
 
+class _Caller:
+    """The ordering key of one write that arrives on no connection."""
+
+    __slots__ = ("__weakref__",)
+
+
 class ConnectionOrder:
     """Each connection's last request still waiting, so that later ones wait behind it."""
 
@@ -363,8 +369,9 @@ class CoordinatorRuntime:
         return self.order.later(ctx, waiting())
 
     async def write_async(self, req: Any) -> Any:
-        """A write from a caller that is not a request handler; a `Failed` when it could not run."""
-        fut = self.write(None, req, lambda r: r, Failed)
+        """A write from a caller that is not a request handler; a `Failed` when it could not run.
+        Such writes are not ordered behind one another (each is a connection of its own)."""
+        fut = self.write(_Caller(), req, lambda r: r, Failed)
         return await fut if isinstance(fut, asyncio.Future) else fut
 
     # --- timers ------------------------------------------------------------------------------

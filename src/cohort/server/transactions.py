@@ -53,6 +53,7 @@ E = ErrorCode
 ZERO = datetime.timedelta(0)
 LOADING = "the transaction coordinator is loading"
 MARKER_RETRY_S = 0.1
+PLACEMENT_CACHE = 100_000  # transactional ids whose shard is remembered (cleared when full: ids are client input)
 
 
 def install(server: "Server") -> None:
@@ -101,11 +102,19 @@ class TransactionCoordinator:
                 f"{TRANSACTION_STATE_TOPIC}-{p}", shard, tlog, encode=encode, decode=decode,
                 offload=lambda fn, *args: server.offload(fn, *args), order=group_order, loading_message=LOADING))
         self._in_flight: set[str] = set()  # transactional ids whose markers are being written
+        self._placed: dict[str, CoordinatorRuntime] = {}  # transactional id -> its shard's runtime (a cache)
 
     # --- placement, lifecycle ----------------------------------------------------------------
 
     def runtime_for(self, transactional_id: str) -> CoordinatorRuntime:
-        return self.runtimes[partition_for(transactional_id, len(self.runtimes))]
+        if len(self.runtimes) == 1:
+            return self.runtimes[0]
+        placed = self._placed.get(transactional_id)
+        if placed is None:  # Java's String.hashCode in Python costs microseconds: once per id
+            if len(self._placed) >= PLACEMENT_CACHE:
+                self._placed.clear()
+            placed = self._placed[transactional_id] = self.runtimes[partition_for(transactional_id, len(self.runtimes))]
+        return placed
 
     async def load(self) -> None:
         for runtime in self.runtimes:
@@ -341,7 +350,7 @@ class TransactionCoordinator:
         runtime = groups.runtime_for(body.group_id)
         if not runtime.loaded:
             return reply(every(E.coordinator_load_in_progress))
-        offsets_partition = (OFFSETS_TOPIC, partition_for(body.group_id, len(groups.runtimes)))
+        offsets_partition = (OFFSETS_TOPIC, groups.partition_of(runtime))
         verified = self.verify(body.transactional_id, body.producer_id, body.producer_epoch, offsets_partition)
         if verified != tc.NONE:
             if verified == tc.PRODUCER_FENCED:

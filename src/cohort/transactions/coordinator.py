@@ -16,6 +16,11 @@ Kafka's transaction protocol version 0/1 (cohort does not advertise transaction.
   are then due (`markers_due`): the host writes them to every partition of the transaction and
   sends `CompleteTxn`, which writes CompleteCommit / CompleteAbort. A coordinator that restarts
   finds the Prepare states in its log and writes their markers again.
+* The producer's next AddPartitionsToTxn usually arrives while those markers are written. Kafka
+  answers CONCURRENT_TRANSACTIONS and the client backs off (20-100 ms); here the request waits
+  (`Parked`) until the transaction completes and is then handled, as Kafka 4 does on the server
+  side for transaction.version 2 (``add.partitions.to.txn.retry.backoff.*``). A request still
+  waiting after ``WAIT_FOR_COMPLETION_MS`` gets CONCURRENT_TRANSACTIONS after all.
 * Timers: ``txn-timeout-{id}`` aborts (and fences) a transaction open longer than its timeout;
   ``txn-expiration`` tombstones ids idle in Empty / Complete states for
   ``transactional.id.expiration.ms``.
@@ -27,10 +32,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cohort.coordinator.requests import Result
+from cohort.coordinator.requests import Parked, Result
 from cohort.coordinator.timers import Timers
 from cohort.transactions.records import TxnKey, TxnState, TxnValue
 from cohort.transactions.requests import (
@@ -58,8 +64,10 @@ PRODUCER_FENCED = 90
 TRANSACTIONAL_ID_NOT_FOUND = 105
 TRANSACTION_ABORTABLE = 120
 
+NOT_COORDINATOR = 16
 EXHAUSTED_EPOCH = 32766  # Short.MAX_VALUE - 1: the coordinator never hands out 32767
 EXPIRATION_KEY = "txn-expiration"
+WAIT_FOR_COMPLETION_MS = 1_000
 
 S = TxnState
 TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
@@ -110,25 +118,36 @@ class TransactionCoordinatorShard:
         self._prepared: dict[str, int] = {}  # id in PrepareCommit / PrepareAbort -> offset of that record
         self._undo: collections.deque[tuple[int, str, TxnValue | None, int | None]] = collections.deque()
         self._records: list | None = None
+        self._completions: list = []
+        self._waiting: dict[str, list[tuple[int, AddPartitions]]] = {}  # id -> requests parked until it completes
+        self._request_ids = itertools.count(1)
+        self._request_id = 0
 
     # ================================================================== write path
 
     def handle(self, request: object, now: int, request_id: int | None = None) -> Result:
+        """Run one write. An AddPartitions that must wait for its transaction to complete answers
+        `Parked(request_id)`; its response comes in a later result's ``completions``."""
         handler = _HANDLERS.get(type(request))
         if handler is None:
             raise TypeError(f"not a transaction coordinator request: {type(request).__name__}")
+        self._request_id = next(self._request_ids) if request_id is None else request_id
         return self._run(lambda: handler(self, request, now))
 
     def expire(self, now: int) -> Result:
         fired = []
         records: list = []
+        completions: list = []
         for key, payload in self.timers.pop_expired(now):
             fired.append(key)
-            records.extend(self._run(lambda p=payload: self._on_timer(p, now)).records)
-        return Result(records, fired, self.last_written_offset)
+            result = self._run(lambda p=payload: self._on_timer(p, now))
+            records.extend(result.records)
+            completions.extend(result.completions)
+        return Result(records, fired, self.last_written_offset, completions)
 
     def _run(self, op: Callable[[], object]) -> Result:
         self._records = []
+        self._completions = []
         try:
             response = op()
         except BaseException:
@@ -136,7 +155,8 @@ class TransactionCoordinatorShard:
             self._records = None
             raise
         records, self._records = self._records, None
-        return Result(records, response, self.last_written_offset)
+        completions, self._completions = self._completions, []
+        return Result(records, response, self.last_written_offset, completions)
 
     def _write(self, tid: str, value: TxnValue | None, now: int) -> None:
         """Apply and log a transition of ``tid`` (None: a tombstone)."""
@@ -207,12 +227,17 @@ class TransactionCoordinatorShard:
             if txn.state == S.ONGOING:
                 self.timers.schedule(_timeout_key(tid), txn.start_ms + txn.timeout_ms, ("timeout", tid))
         self.timers.schedule(EXPIRATION_KEY, now + self.config.expiration_check_interval_ms, ("expiration",))
+        for tid in self._waiting:
+            self.timers.schedule(_wait_key(tid), now + WAIT_FOR_COMPLETION_MS, ("wait", tid))
         if self._prepared:
             self._markers_ready()
 
     def unload(self) -> list:
+        """Parked requests are answered NOT_COORDINATOR (the client finds the coordinator again)."""
         self.timers.clear()
-        return []
+        waiting, self._waiting = self._waiting, {}
+        return [(rid, AddPartitionsResult({tp: NOT_COORDINATOR for tp in req.partitions}))
+                for parked in waiting.values() for rid, req in parked]
 
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
@@ -324,6 +349,8 @@ class TransactionCoordinatorShard:
         if error is not None:
             return AddPartitionsResult({tp: error for tp in req.partitions})
         t = self.transactions[req.transactional_id]
+        if t.state in PREPARED and self._request_id:
+            return self._park(req, now)
         if t.state not in EXPIRABLE and t.state != S.ONGOING:
             return AddPartitionsResult({tp: CONCURRENT_TRANSACTIONS for tp in req.partitions})
         wanted = frozenset(req.partitions)
@@ -333,6 +360,22 @@ class TransactionCoordinatorShard:
         self._write(req.transactional_id, dataclasses.replace(
             t, state=S.ONGOING, partitions=t.partitions | wanted, start_ms=start, last_update_ms=now), now)
         return AddPartitionsResult({tp: NONE for tp in req.partitions})
+
+    def _park(self, req: AddPartitions, now: int) -> Parked:
+        """Wait for the transaction being completed (see the module docstring)."""
+        rid = self._request_id
+        self._waiting.setdefault(req.transactional_id, []).append((rid, req))
+        key = _wait_key(req.transactional_id)
+        if key not in self.timers:
+            self.timers.schedule(key, now + WAIT_FOR_COMPLETION_MS, ("wait", req.transactional_id))
+        return Parked(rid)
+
+    def _release_waiting(self, tid: str, now: int) -> None:
+        """Handle the requests parked on ``tid`` now that it completed (or waited too long)."""
+        self.timers.cancel(_wait_key(tid))
+        for rid, req in self._waiting.pop(tid, ()):
+            self._request_id = 0  # handled now, never parked again
+            self._completions.append((rid, self._add_partitions(req, now)))
 
     def _check_producer(self, tid: str, producer_id: int, producer_epoch: int) -> int | None:
         if not tid:
@@ -370,11 +413,16 @@ class TransactionCoordinatorShard:
         done = S.COMPLETE_COMMIT if t.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         self._write(req.transactional_id, dataclasses.replace(t, state=done, partitions=frozenset(),
                                                               last_update_ms=now), now)
+        self._release_waiting(req.transactional_id, now)
         return None
 
     # ================================================================== timers
 
     def _on_timer(self, payload: tuple, now: int) -> None:
+        if payload[0] == "wait":  # still not complete: CONCURRENT_TRANSACTIONS, as Kafka answers at once
+            self._request_id = 0
+            self._release_waiting(payload[1], now)
+            return
         if payload[0] == "timeout":
             t = self.transactions.get(payload[1])
             if t is not None and t.state == S.ONGOING and t.start_ms + t.timeout_ms <= now:
@@ -390,6 +438,10 @@ class TransactionCoordinatorShard:
 
 def _timeout_key(tid: str) -> str:
     return f"txn-timeout-{tid}"
+
+
+def _wait_key(tid: str) -> str:
+    return f"txn-wait-{tid}"
 
 
 _HANDLERS: dict[type, Callable] = {
