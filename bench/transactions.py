@@ -61,6 +61,7 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> tuple[int, 
             abort = args.abort_share > 0 and n % round(1 / args.abort_share) == 0
             started = time.perf_counter()
             if abort:
+                p.flush(30)  # else the client drops the unsent records instead of writing them
                 p.abort_transaction(30)
             else:
                 p.commit_transaction(30)
