@@ -60,6 +60,7 @@ def test_pending_offsets_are_invisible_until_the_commit_marker():
     assert fetched(shard, "g", stable=True) == {0: (-1, Errors.UNSTABLE_OFFSET_COMMIT)}
     marker = write(shard, log, TxnMarkerRequest(PID, EPOCH, True))
     assert marker.transaction == TxnBatch(PID, EPOCH, COMMIT_MARKER)
+    assert marker.records[0].key.groups == ("g",)  # what observers (/metrics) must read again
     assert fetched(shard, "g", stable=True) == {0: (42, 0)}
     assert fetched(replayed(log), "g", stable=True) == {0: (42, 0)}
 

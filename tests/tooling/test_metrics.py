@@ -125,6 +125,15 @@ def test_kept_lines_match_a_fresh_render_after_every_change(srv):
             if c is not None:
                 c.close()
     check("members gone")
+    txn = ck.Producer({"bootstrap.servers": srv.bootstrap, "transactional.id": "metrics-txn"})
+    txn.init_transactions(20)
+    txn.begin_transaction()
+    txn.send_offsets_to_transaction([ck.TopicPartition("ma", 1, 3)], ck.Consumer(
+        {"bootstrap.servers": srv.bootstrap, "group.id": "transactional"}).consumer_group_metadata(), 20)
+    assert 'group="transactional"' not in check("offsets pending in a transaction")  # invisible until its marker
+    txn.commit_transaction(20)
+    wait_for(lambda: 'group="transactional",topic="ma",partition="1",member_host="",consumer_id="",client_id=""} 0'
+             in check("offsets committed by a transaction's marker"))  # ma-1 ends at 3: no lag
     admin.delete_consumer_groups(["offsets-only"])["offsets-only"].result(10)
     text = check("a group deleted")
     assert 'group="offsets-only"' not in text

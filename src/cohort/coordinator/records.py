@@ -258,6 +258,7 @@ class TxnMarker:
     producer_epoch: int
     commit: bool
     coordinator_epoch: int = 0
+    groups: tuple[str, ...] = field(default=(), compare=False)  # in memory: the groups it settled here
 
 
 class PendingOffset(NamedTuple):

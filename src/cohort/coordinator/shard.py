@@ -53,6 +53,7 @@ Contract with the caller (the server / runtime):
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import uuid
 from collections.abc import Callable, Mapping
@@ -491,11 +492,12 @@ class GroupCoordinatorShard:
         offsets in every group of this shard (one undo entry per group)."""
         marker = offset_ops.transaction_marker(req)
         offset = self.last_written_offset
-        for gid, inverse in self.state.apply_marker(marker.producer_id, marker.commit):
+        settled = self.state.apply_marker(marker.producer_id, marker.commit)
+        for gid, inverse in settled:
             self._undo.append((offset, gid, inverse, False))
             self._pending_groups[gid] += 1
         self.last_written_offset += 1
-        self._batch.append(Record(marker, None))  # type: ignore[union-attr]
+        self._batch.append(Record(dataclasses.replace(marker, groups=tuple(g for g, _ in settled)), None))  # type: ignore[union-attr]
         self._transaction = records_of_transaction(self._batch)  # type: ignore[arg-type]
         return TxnMarkerResponse()
 

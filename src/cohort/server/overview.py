@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from cohort.coordinator.consumer_protocol import ConsumerProtocolError, decode_assignment
-from cohort.coordinator.records import ConsumerGroupMetadataKey, GroupMetadataKey, OffsetCommitKey
+from cohort.coordinator.records import ConsumerGroupMetadataKey, GroupMetadataKey, OffsetCommitKey, TxnMarker
 from cohort.stats import Histogram
 
 TIMELINE_LENGTH = 64  # epoch changes kept per group
@@ -148,6 +148,9 @@ class ChangeFeed:
             groups, offsets = subscription._groups, subscription._offsets
             for record in records:
                 key = record[0]
+                if type(key) is TxnMarker:  # a transaction's end settles offsets in these groups
+                    offsets.update(key.groups)
+                    continue
                 (offsets if type(key) is OffsetCommitKey else groups).add(key.group_id)
             if len(groups) + len(offsets) > CHANGES_LIMIT:
                 subscription._everything = True
