@@ -131,3 +131,27 @@ def test_the_transaction_of_a_write_names_its_batch():
     shard = make_shard()
     assert run(shard, join("g", "a"), 0).transaction is None
     assert run(shard, OffsetCommitRequest("g", [OffsetCommitTopic("foo", [OffsetCommitPartition(0, 1)])]), 0).transaction is None
+
+
+def test_lag_counts_up_to_the_last_stable_offset(tmp_path):
+    """The coordinator's lag (lag assignor, /metrics) ends at the LSO: an open transaction's
+    records are not lag until it commits."""
+    from cohort.broker import Broker
+    from cohort.config import Config
+    from cohort.protocol.records import TRANSACTIONAL_FLAG, build_batch, check_produce_records
+    from cohort.server.groups import BrokerLogOffsets
+
+    b = Broker(Config({"log.dir": str(tmp_path)}))
+    try:
+        topic = b.create_topic("t", 1)
+        log = b.log("t", 0)
+        plain = bytearray(build_batch([(None, b"x")] * 3))
+        log.append(plain, check_produce_records(plain))
+        txn = bytearray(build_batch([(None, b"y")] * 2, producer_id=9, producer_epoch=0, base_sequence=0,
+                                    attributes=TRANSACTIONAL_FLAG))
+        log.append(txn, check_produce_records(txn))
+        assert list(BrokerLogOffsets(b)[topic.id].end) == [3]
+        log.append_marker(9, 0, True, 0)
+        assert list(BrokerLogOffsets(b)[topic.id].end) == [6]
+    finally:
+        b.close()

@@ -143,7 +143,9 @@ def coordinator_config(config: Any) -> CoordinatorConfig:
 
 class BrokerLogOffsets(Mapping):
     """The broker's log start / end offsets by topic id, read when the shard asks (a live view:
-    nothing is copied until a group's lag is computed, and the values are always current)."""
+    nothing is copied until a group's lag is computed, and the values are always current). The
+    end is the last stable offset: records of an open transaction are not yet consumable by a
+    read_committed consumer, so they are not lag yet (without open transactions it is the end)."""
 
     def __init__(self, broker: Any) -> None:
         self._broker = broker
@@ -160,7 +162,7 @@ class BrokerLogOffsets(Mapping):
         for p in range(topic.partitions):
             log = logs.get((name, p))
             starts.append(0 if log is None else log.start_offset)
-            ends.append(0 if log is None else log.end_offset)
+            ends.append(0 if log is None else log.last_stable_offset(log.end_offset))
         return TopicOffsets(starts, ends)
 
     def __getitem__(self, topic_id: uuid.UUID) -> TopicOffsets:
