@@ -28,7 +28,6 @@ from kio.schema.errors import ErrorCode
 from cohort.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from cohort.coordinator import partition_for
 from cohort.coordinator import requests as rq
-from cohort.coordinator.errors import Errors
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, nested
 from cohort.security import acls
@@ -505,11 +504,20 @@ class _Pending:
     def __init__(self, future: asyncio.Future) -> None:
         self.future = future
 
-    async def _then(self, fn: Any) -> Any:
-        return fn(await self.future)
+    def then(self, fn: Any) -> asyncio.Future:
+        """A future of ``fn(answer)`` (a callback, not a task: this is every transaction's path)."""
+        out = asyncio.get_running_loop().create_future()
 
-    def then(self, fn: Any) -> Any:
-        return self._then(fn)
+        def settle(done: asyncio.Future) -> None:
+            if out.done():
+                return
+            try:
+                out.set_result(fn(done.result()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting handler
+                out.set_exception(exc)
+
+        self.future.add_done_callback(settle)
+        return out
 
 
 def _time(ms: int) -> datetime.datetime:

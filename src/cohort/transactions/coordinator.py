@@ -119,7 +119,7 @@ class TransactionCoordinatorShard:
         self._undo: collections.deque[tuple[int, str, TxnValue | None, int | None]] = collections.deque()
         self._records: list | None = None
         self._completions: list = []
-        self._waiting: dict[str, list[tuple[int, AddPartitions]]] = {}  # id -> requests parked until it completes
+        self._waiting: dict[str, list[tuple[int, AddPartitions, int]]] = {}  # id -> (request id, request, parked at)
         self._request_ids = itertools.count(1)
         self._request_id = 0
 
@@ -227,8 +227,8 @@ class TransactionCoordinatorShard:
             if txn.state == S.ONGOING:
                 self.timers.schedule(_timeout_key(tid), txn.start_ms + txn.timeout_ms, ("timeout", tid))
         self.timers.schedule(EXPIRATION_KEY, now + self.config.expiration_check_interval_ms, ("expiration",))
-        for tid in self._waiting:
-            self.timers.schedule(_wait_key(tid), now + WAIT_FOR_COMPLETION_MS, ("wait", tid))
+        if self._waiting:
+            self.timers.schedule(WAIT_KEY, now + WAIT_FOR_COMPLETION_MS, ("wait",))
         if self._prepared:
             self._markers_ready()
 
@@ -237,7 +237,7 @@ class TransactionCoordinatorShard:
         self.timers.clear()
         waiting, self._waiting = self._waiting, {}
         return [(rid, AddPartitionsResult({tp: NOT_COORDINATOR for tp in req.partitions}))
-                for parked in waiting.values() for rid, req in parked]
+                for parked in waiting.values() for rid, req, _ in parked]
 
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
@@ -362,20 +362,35 @@ class TransactionCoordinatorShard:
         return AddPartitionsResult({tp: NONE for tp in req.partitions})
 
     def _park(self, req: AddPartitions, now: int) -> Parked:
-        """Wait for the transaction being completed (see the module docstring)."""
+        """Wait for the transaction being completed (see the module docstring). One timer checks
+        every waiting request, so parking does not wake the timer task per request."""
         rid = self._request_id
-        self._waiting.setdefault(req.transactional_id, []).append((rid, req))
-        key = _wait_key(req.transactional_id)
-        if key not in self.timers:
-            self.timers.schedule(key, now + WAIT_FOR_COMPLETION_MS, ("wait", req.transactional_id))
+        self._waiting.setdefault(req.transactional_id, []).append((rid, req, now))
+        if WAIT_KEY not in self.timers:
+            self.timers.schedule(WAIT_KEY, now + WAIT_FOR_COMPLETION_MS, ("wait",))
         return Parked(rid)
 
     def _release_waiting(self, tid: str, now: int) -> None:
-        """Handle the requests parked on ``tid`` now that it completed (or waited too long)."""
-        self.timers.cancel(_wait_key(tid))
-        for rid, req in self._waiting.pop(tid, ()):
+        """Handle the requests parked on ``tid`` now that it completed."""
+        for rid, req, _ in self._waiting.pop(tid, ()):
             self._request_id = 0  # handled now, never parked again
             self._completions.append((rid, self._add_partitions(req, now)))
+
+    def _waited_too_long(self, now: int) -> None:
+        """Requests parked for WAIT_FOR_COMPLETION_MS get CONCURRENT_TRANSACTIONS, as Kafka answers at once."""
+        self._request_id = 0
+        for tid in list(self._waiting):
+            parked = self._waiting[tid]
+            late = [p for p in parked if now - p[2] >= WAIT_FOR_COMPLETION_MS]
+            if late:
+                self._waiting[tid] = [p for p in parked if now - p[2] < WAIT_FOR_COMPLETION_MS]
+                if not self._waiting[tid]:
+                    del self._waiting[tid]
+                for rid, req, _ in late:
+                    self._completions.append((rid, self._add_partitions(req, now)))
+        if self._waiting:
+            oldest = min(p[2] for parked in self._waiting.values() for p in parked)
+            self.timers.schedule(WAIT_KEY, oldest + WAIT_FOR_COMPLETION_MS, ("wait",))
 
     def _check_producer(self, tid: str, producer_id: int, producer_epoch: int) -> int | None:
         if not tid:
@@ -419,9 +434,8 @@ class TransactionCoordinatorShard:
     # ================================================================== timers
 
     def _on_timer(self, payload: tuple, now: int) -> None:
-        if payload[0] == "wait":  # still not complete: CONCURRENT_TRANSACTIONS, as Kafka answers at once
-            self._request_id = 0
-            self._release_waiting(payload[1], now)
+        if payload[0] == "wait":
+            self._waited_too_long(now)
             return
         if payload[0] == "timeout":
             t = self.transactions.get(payload[1])
@@ -440,8 +454,7 @@ def _timeout_key(tid: str) -> str:
     return f"txn-timeout-{tid}"
 
 
-def _wait_key(tid: str) -> str:
-    return f"txn-wait-{tid}"
+WAIT_KEY = "txn-waits"
 
 
 _HANDLERS: dict[type, Callable] = {
