@@ -155,3 +155,20 @@ def test_lag_counts_up_to_the_last_stable_offset(tmp_path):
         assert list(BrokerLogOffsets(b)[topic.id].end) == [6]
     finally:
         b.close()
+
+
+def test_classic_group_members_commit_with_their_generation():
+    from classic_helpers import classic_shard, join_req, sync_req
+
+    shard = classic_shard()
+    member = run(shard, join_req(member="", client="app"), 0).response.member_id  # v4+: a member id first
+    run(shard, join_req(member=member, client="app"), 0)  # parked until the initial rebalance delay
+    expired = shard.expire(3_000)
+    shard.commit(expired.end_offset)
+    [(_, joined)] = expired.completions
+    generation = joined.generation_id
+    run(shard, sync_req("g", member, generation, [(member, b"")]), 0)
+    assert codes(run(shard, txn_commit("g", 1, generation=generation, member=member), 1)) == [Errors.NONE]
+    assert codes(run(shard, txn_commit("g", 1, generation=generation + 1, member=member), 1)) == [Errors.ILLEGAL_GENERATION]
+    assert codes(run(shard, txn_commit("g", 1, generation=generation, member="zombie"), 1)) == [Errors.UNKNOWN_MEMBER_ID]
+    assert codes(run(shard, txn_commit("g", 1), 1)) == [Errors.NONE]  # no group metadata: accepted, never REBALANCE_IN_PROGRESS
