@@ -23,8 +23,9 @@ def main() -> int:
     consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "group.protocol": protocol,
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
                             "isolation.level": "read_committed", **classic})
+    debug = {"debug": os.environ["EOS_DEBUG"]} if os.environ.get("EOS_DEBUG") else {}  # e.g. EOS_DEBUG=eos,protocol
     producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": TXN_ID,
-                            "transaction.timeout.ms": 10_000, "linger.ms": 5, **({"debug": os.environ["EOS_DEBUG"]} if os.environ.get("EOS_DEBUG") else {})})
+                            "transaction.timeout.ms": 10_000, "linger.ms": 5, **debug})
     try:
         producer.init_transactions(60)
         consumer.subscribe([IN])
