@@ -112,14 +112,16 @@ class CoordinatorLog:
             fut.set_result(self.log.end_offset - 1)
             return fut
         started = time.perf_counter()
+        marker = -1
         if transaction is None:
             data = bytearray(build_batch(records, timestamp=int(time.time() * 1000)))
         else:
+            marker = transaction.marker
             flags = TRANSACTIONAL_FLAG | (CONTROL_FLAG if transaction.marker >= 0 else 0)
             data = bytearray(build_batch(records, timestamp=int(time.time() * 1000), attributes=flags,
                                          producer_id=transaction.producer_id,
                                          producer_epoch=transaction.producer_epoch))
-        result = self.log.append(data, [read_header(data)])
+        result = self.log.append(data, [read_header(data)], marker)
         self.append_seconds.observe(time.perf_counter() - started)
         self._waiters.append((result.last_offset, fut))
         if not self._flushing:

@@ -98,21 +98,27 @@ def _validate_classic_commit(ctx: GroupContext, group: ClassicGroup, req: Offset
 
 def commit_offsets(ctx: GroupContext, req: OffsetCommitRequest, now: int) -> OffsetCommitResponse:
     _validate_commit(ctx, req, now)
-    max_bytes = ctx.config.offset_metadata_max_bytes
     expire = now + req.retention_time_ms if req.retention_time_ms >= 0 else -1
-    topics = []
-    for topic in req.topics:
+    gid = req.group_id
+    return _write_offsets(ctx, req.topics, now, expire, lambda topic, partition: OffsetCommitKey(gid, topic, partition))
+
+
+def _write_offsets(ctx: GroupContext, topics, now: int, expire: int, key_of) -> OffsetCommitResponse:
+    """One record per partition (``key_of(topic, partition)``); metadata longer than
+    ``offsets.metadata.max.bytes`` is OFFSET_METADATA_TOO_LARGE for that partition only."""
+    max_bytes = ctx.config.offset_metadata_max_bytes
+    answered = []
+    for topic in topics:
         results = []
         for p in topic.partitions:
             metadata = p.metadata or ""
             if len(metadata.encode()) > max_bytes:
                 results.append(PartitionResult(p.partition, Errors.OFFSET_METADATA_TOO_LARGE))
                 continue
-            ctx.append(OffsetCommitKey(req.group_id, topic.name, p.partition),
-                        OffsetCommitValue(p.offset, p.leader_epoch, metadata, now, expire))
+            ctx.append(key_of(topic.name, p.partition), OffsetCommitValue(p.offset, p.leader_epoch, metadata, now, expire))
             results.append(PartitionResult(p.partition))
-        topics.append(TopicResult(topic.name, tuple(results)))
-    return OffsetCommitResponse(tuple(topics))
+        answered.append(TopicResult(topic.name, tuple(results)))
+    return OffsetCommitResponse(tuple(answered))
 
 
 def _validate_transactional_commit(ctx: GroupContext, req: TxnOffsetCommitRequest) -> None:
@@ -155,20 +161,9 @@ def commit_transactional_offsets(ctx: GroupContext, req: TxnOffsetCommitRequest,
     """TxnOffsetCommit: the offsets are written in the producer's transactional batch and stay
     pending (invisible to OffsetFetch) until its COMMIT marker; an ABORT drops them."""
     _validate_transactional_commit(ctx, req)
-    max_bytes = ctx.config.offset_metadata_max_bytes
-    topics = []
-    for topic in req.topics:
-        results = []
-        for p in topic.partitions:
-            metadata = p.metadata or ""
-            if len(metadata.encode()) > max_bytes:
-                results.append(PartitionResult(p.partition, Errors.OFFSET_METADATA_TOO_LARGE))
-                continue
-            ctx.append(TxnOffsetCommitKey(req.group_id, topic.name, p.partition, req.producer_id, req.producer_epoch),
-                       OffsetCommitValue(p.offset, p.leader_epoch, metadata, now))
-            results.append(PartitionResult(p.partition))
-        topics.append(TopicResult(topic.name, tuple(results)))
-    return OffsetCommitResponse(tuple(topics))
+    gid, pid, epoch = req.group_id, req.producer_id, req.producer_epoch
+    return _write_offsets(ctx, req.topics, now, -1,
+                          lambda topic, partition: TxnOffsetCommitKey(gid, topic, partition, pid, epoch))
 
 
 def transaction_marker(req) -> TxnMarker:

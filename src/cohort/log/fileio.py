@@ -83,6 +83,18 @@ class FaultyIO(OsIO):
 IO: OsIO = OsIO()
 
 
+def replace_file(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and durably: a temporary file, fsynced, renamed over
+    it (raises OSError; the old file is intact then)."""
+    fd = IO.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        IO.write(fd, data)
+        IO.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(path + ".tmp", path)
+
+
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

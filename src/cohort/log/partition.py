@@ -24,6 +24,8 @@ from cohort.log.producer_state import AbortedTxn, ProducerState
 from cohort.log.segment import Segment, now_ms
 from cohort.log.txn_index import TxnIndex
 from cohort.protocol.records import (
+    ABORT_MARKER,
+    COMMIT_MARKER,
     CONTROL_FLAG,
     BatchHeader,
     assign_offsets,
@@ -156,7 +158,7 @@ class PartitionLog:
         self.producers.check_marker(producer_id, producer_epoch)
         data = bytearray(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
                                             now_ms() if now is None else now))
-        return self.append(data, (read_header(data),))
+        return self.append(data, (read_header(data),), COMMIT_MARKER if commit else ABORT_MARKER)
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -199,8 +201,9 @@ class PartitionLog:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def append(self, data: bytearray, headers: Sequence[BatchHeader]) -> AppendResult:
-        """Assign offsets to validated batches (in place) and append them.
+    def append(self, data: bytearray, headers: Sequence[BatchHeader], marker: int = -1) -> AppendResult:
+        """Assign offsets to validated batches (in place) and append them. ``marker``: the
+        control type of a control batch the caller built (else it is read from the batch).
 
         Raises ``OSError`` if the disk refuses the write; the log is then exactly as before."""
         active = self.segments[-1]
@@ -213,8 +216,8 @@ class PartitionLog:
         pos = 0
         for h in headers:
             if h.producer_id >= 0:
-                marker = control_type(data, pos) if h.attributes & CONTROL_FLAG else -1
-                aborted = self.producers.apply(h, offset, marker)
+                kind = (marker if marker >= 0 else control_type(data, pos)) if h.attributes & CONTROL_FLAG else -1
+                aborted = self.producers.apply(h, offset, kind)
                 if aborted is not None:
                     self.txn_index.add(active.base_offset, aborted)
             offset += h.last_offset_delta + 1
@@ -383,14 +386,7 @@ class PartitionLog:
     def _write_checkpoint(self, name: str, offset: int, sync_dir: bool = False) -> None:
         """Replace a one-number checkpoint file (raises OSError); with ``sync_dir`` the
         rename itself is made durable before this returns."""
-        path = os.path.join(self.directory, name)
-        fd = fileio.IO.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            fileio.IO.write(fd, str(offset).encode())
-            fileio.IO.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(path + ".tmp", path)
+        fileio.replace_file(os.path.join(self.directory, name), str(offset).encode())
         if sync_dir:
             fileio.fsync_dir(self.directory)
 

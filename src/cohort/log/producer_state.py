@@ -267,15 +267,8 @@ class ProducerState:
                 rows.append(_ENTRY.pack(e.producer_id, e.epoch, b.last_seq, b.last_offset, b.offset_delta, ts, *tail))
         entries = _COUNT.pack(len(rows)) + b"".join(rows)
         data = _PREFIX.pack(SNAPSHOT_VERSION, crc32c(entries)) + entries
-        path = os.path.join(self.directory, snapshot_name(self.end_offset))
         try:
-            fd = fileio.IO.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                fileio.IO.write(fd, data)
-                fileio.IO.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(path + ".tmp", path)
+            fileio.replace_file(os.path.join(self.directory, snapshot_name(self.end_offset)), data)
         except OSError as exc:
             _log.warning("%s: cannot write producer snapshot (%s)", self.directory, exc)
             return

@@ -126,12 +126,5 @@ class TxnIndex:
             except FileNotFoundError:
                 pass
             return
-        data = b"".join(ENTRY.pack(0, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset)
-                        for e in entries)
-        fd = fileio.IO.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            fileio.IO.write(fd, data)
-            fileio.IO.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(path + ".tmp", path)
+        fileio.replace_file(path, b"".join(ENTRY.pack(0, e.producer_id, e.first_offset, e.last_offset,
+                                                      e.last_stable_offset) for e in entries))

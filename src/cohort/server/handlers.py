@@ -279,7 +279,7 @@ def _fetch_once(ctx: "RequestContext", req: DecodedRequest) -> tuple[Any, int, l
     part_cls = nested(topic_cls, "partitions")
     by_id = req.version >= 13
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    aborted_cls = nested(part_cls, "aborted_transactions")
+    aborted_cls = nested(part_cls, "aborted_transactions") if read_committed else None  # type hints: not per fetch
     budget = min(body.max_bytes, ctx.config["fetch.max.bytes"])
     total = 0
     keys = []

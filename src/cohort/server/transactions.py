@@ -166,18 +166,24 @@ class TransactionCoordinator:
             self._in_flight.discard(job.transactional_id)
             self._markers_due.set()  # a transaction prepared again meanwhile
 
-    async def _write_marker(self, job: MarkerJob, tp: tuple[str, int]) -> bool:
-        """One partition's marker; True when done (written, or the partition is gone)."""
-        topic, partition = tp
+    async def _mark(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                    topic: str, partition: int) -> int:
+        """Write one partition's marker; its WriteTxnMarkers error code. ``__consumer_offsets``
+        partitions go through their group shard (a lost write: NOT_LEADER_OR_FOLLOWER, as Kafka
+        reports the group coordinator's errors)."""
         if topic == OFFSETS_TOPIC:
             groups = self.server.group_coordinator  # type: ignore[attr-defined]
-            if partition >= len(groups.runtimes):
-                return True
+            if not 0 <= partition < len(groups.runtimes):
+                return E.unknown_topic_or_partition
             result = await groups.runtimes[partition].write_async(
-                rq.TxnMarkerRequest(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch))
-            return not isinstance(result, Failed)
-        code = self.broker.write_marker(topic, partition, job.producer_id, job.producer_epoch, job.commit,
-                                        job.coordinator_epoch)
+                rq.TxnMarkerRequest(producer_id, producer_epoch, commit, coordinator_epoch))
+            return E.not_leader_or_follower if isinstance(result, Failed) else E.none
+        return E(self.broker.write_marker(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch))
+
+    async def _write_marker(self, job: MarkerJob, tp: tuple[str, int]) -> bool:
+        """One partition's marker for the coordinator; True when done (written, or the partition is gone)."""
+        topic, partition = tp
+        code = await self._mark(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, topic, partition)
         if code == E.unknown_topic_or_partition:
             return True  # the topic was deleted: nothing left to mark
         if code == E.invalid_producer_epoch:
@@ -235,14 +241,10 @@ class TransactionCoordinator:
             return tuple(build(topic_cls, name=t, results_by_partition=tuple(ps)) for t, ps in by_topic.items())
 
         if req.version < 4:
-            request = (body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                       body.v3_and_below_producer_epoch, body.v3_and_below_topics, False)
-            out = self._add_partitions(ctx, *request)
-
-            def single(errors: dict) -> Any:
-                return build(resp, throttle_time=ZERO, results_by_topic_v3_and_below=results(errors, req.version))
-
-            return out.then(single) if isinstance(out, _Pending) else single(out)
+            return self._add_partitions(
+                ctx, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch, body.v3_and_below_topics, False,
+                lambda errors: build(resp, throttle_time=ZERO, results_by_topic_v3_and_below=results(errors, req.version)))
         if not ctx.authorize(acls.CLUSTER_ACTION, acls.CLUSTER, acls.CLUSTER_NAME):
             return build(resp, throttle_time=ZERO, error_code=E.cluster_authorization_failed, results_by_transaction=())
         txn_cls = nested(resp, "results_by_transaction")
@@ -251,8 +253,8 @@ class TransactionCoordinator:
             answers = []
             for t in body.transactions:
                 out = self._add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
-                                           t.verify_only)
-                errors = await out.future if isinstance(out, _Pending) else out
+                                           t.verify_only, lambda errors: errors)
+                errors = await out if isinstance(out, asyncio.Future) else out
                 answers.append(build(txn_cls, transactional_id=t.transactional_id,
                                      topic_results=results(errors, req.version)))
             return build(resp, throttle_time=ZERO, error_code=E.none, results_by_transaction=tuple(answers))
@@ -260,12 +262,12 @@ class TransactionCoordinator:
         return batched()
 
     def _add_partitions(self, ctx: "RequestContext", tid: str, pid: int, epoch: int, topics: Any,
-                        verify_only: bool) -> Any:
-        """The errors per partition, or a `_Pending` of them. AddPartitionsToTxn fails as a whole:
+                        verify_only: bool, answer: Any) -> Any:
+        """``answer(errors per partition)``, now or as a future. AddPartitionsToTxn fails as a whole:
         with one unauthorized or unknown partition, the others get OPERATION_NOT_ATTEMPTED."""
         wanted = [(t.name, p) for t in topics for p in t.partitions]
         if not ctx.authorize(acls.WRITE, acls.TRANSACTIONAL_ID, tid):
-            return {tp: E.transactional_id_authorization_failed for tp in wanted}
+            return answer({tp: E.transactional_id_authorization_failed for tp in wanted})
         refused = {}
         for topic, partition in wanted:
             known = self.broker.topics.get(topic)
@@ -274,25 +276,18 @@ class TransactionCoordinator:
             elif known is None or not 0 <= partition < known.partitions or known.internal:
                 refused[(topic, partition)] = E.unknown_topic_or_partition
         if refused:
-            return {tp: refused.get(tp, E.operation_not_attempted) for tp in wanted}
-        return self._write_add(ctx, AddPartitions(tid, pid, epoch, tuple(wanted), verify_only), wanted)
-
-    def _write_add(self, ctx: "RequestContext", request: AddPartitions, wanted: list) -> Any:
-        runtime = self.runtime_for(request.transactional_id)
+            return answer({tp: refused.get(tp, E.operation_not_attempted) for tp in wanted})
+        runtime = self.runtime_for(tid)
         if not runtime.loaded:
-            return {tp: E.coordinator_load_in_progress for tp in wanted}
-        out = runtime.write(ctx, request, lambda r: r.errors, lambda code, _: {tp: code for tp in wanted})
-        return _Pending(out) if isinstance(out, asyncio.Future) else out
+            return answer({tp: E.coordinator_load_in_progress for tp in wanted})
+        return runtime.write(ctx, AddPartitions(tid, pid, epoch, tuple(wanted), verify_only),
+                             lambda r: answer(r.errors), lambda code, _: answer({tp: code for tp in wanted}))
 
     # --- AddOffsetsToTxn (25) ----------------------------------------------------------------
 
     def add_offsets_to_txn(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
-        body, resp = req.body, req.codec.response_type
-
-        def reply(code: int) -> Any:
-            if code == tc.PRODUCER_FENCED and req.version < 2:
-                code = tc.INVALID_PRODUCER_EPOCH
-            return build(resp, throttle_time=ZERO, error_code=E(code))
+        body = req.body
+        reply = _error_reply(req)
 
         if not ctx.authorize(acls.WRITE, acls.TRANSACTIONAL_ID, body.transactional_id):
             return reply(E.transactional_id_authorization_failed)
@@ -308,12 +303,8 @@ class TransactionCoordinator:
     # --- EndTxn (26) -------------------------------------------------------------------------
 
     def end_txn(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
-        body, resp = req.body, req.codec.response_type
-
-        def reply(code: int) -> Any:
-            if code == tc.PRODUCER_FENCED and req.version < 2:
-                code = tc.INVALID_PRODUCER_EPOCH
-            return build(resp, throttle_time=ZERO, error_code=E(code))
+        body = req.body
+        reply = _error_reply(req)
 
         if not ctx.authorize(acls.WRITE, acls.TRANSACTIONAL_ID, body.transactional_id):
             return reply(E.transactional_id_authorization_failed)
@@ -393,23 +384,12 @@ class TransactionCoordinator:
         allowed = ctx.authorize(acls.CLUSTER_ACTION, acls.CLUSTER, acls.CLUSTER_NAME)
         out = []
         for m in body.markers:
-            job = MarkerJob("", m.producer_id, m.producer_epoch, m.transaction_result, (), m.coordinator_epoch)
             topics = []
             for t in m.topics:
                 parts = []
                 for p in t.partition_indexes:
-                    if not allowed:
-                        code = E.cluster_authorization_failed
-                    elif t.name == OFFSETS_TOPIC:
-                        groups = self.server.group_coordinator  # type: ignore[attr-defined]
-                        code = E.unknown_topic_or_partition
-                        if 0 <= p < len(groups.runtimes):
-                            done = await groups.runtimes[p].write_async(rq.TxnMarkerRequest(
-                                m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch))
-                            code = E.not_leader_or_follower if isinstance(done, Failed) else E.none
-                    else:
-                        code = E(self.broker.write_marker(t.name, p, job.producer_id, job.producer_epoch, job.commit,
-                                                          job.coordinator_epoch))
+                    code = E.cluster_authorization_failed if not allowed else await self._mark(
+                        m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch, t.name, p)
                     parts.append(build(part_cls, partition_index=p, error_code=code))
                 topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
             out.append(build(marker_cls, producer_id=m.producer_id, topics=tuple(topics)))
@@ -498,26 +478,15 @@ class TransactionCoordinator:
         return build(resp, throttle_time=ZERO, topics=tuple(topics))
 
 
-class _Pending:
-    """A write's answer still on its way (see `_write_add`)."""
+def _error_reply(req: DecodedRequest) -> Any:
+    """The answer of AddOffsetsToTxn / EndTxn: an error code alone; below v2 PRODUCER_FENCED
+    is INVALID_PRODUCER_EPOCH, which older clients know."""
+    def reply(code: int) -> Any:
+        if code == tc.PRODUCER_FENCED and req.version < 2:
+            code = tc.INVALID_PRODUCER_EPOCH
+        return build(req.codec.response_type, throttle_time=ZERO, error_code=E(code))
 
-    def __init__(self, future: asyncio.Future) -> None:
-        self.future = future
-
-    def then(self, fn: Any) -> asyncio.Future:
-        """A future of ``fn(answer)`` (a callback, not a task: this is every transaction's path)."""
-        out = asyncio.get_running_loop().create_future()
-
-        def settle(done: asyncio.Future) -> None:
-            if out.done():
-                return
-            try:
-                out.set_result(fn(done.result()))
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting handler
-                out.set_exception(exc)
-
-        self.future.add_done_callback(settle)
-        return out
+    return reply
 
 
 def _time(ms: int) -> datetime.datetime:
