@@ -104,6 +104,7 @@ class Producer(threading.Thread):
 def test_rolling_migration_from_classic_to_consumer(tmp_path):
     srv = ServerProcess(tmp_path / "data", *FAST, log_path=str(tmp_path / "server.log")).start()
     members = []
+    producer = None
     try:
         bootstrap, topic, group = srv.bootstrap, "rolling", "rolling-group"
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -140,7 +141,24 @@ def test_rolling_migration_from_classic_to_consumer(tmp_path):
             target = {b"m%d" % i for i in range(producer.sent)}
             deadline = time.monotonic() + 30
             while not consumed >= target:
-                assert time.monotonic() < deadline, f"{len(target - consumed)} messages not consumed {what}"
+                if time.monotonic() >= deadline:
+                    missing = sorted(int(v[1:]) for v in target - consumed)
+                    by_partition = {p: sum(1 for i in missing if i % PARTITIONS == p) for p in range(PARTITIONS)}
+                    owners = {id(m): (m.protocol, sorted(m.partitions), m.commit_errors[-5:])
+                              for m in members}
+                    committed = {p: (h[-1] if h else None) for p, h in history.items()}
+                    try:
+                        d = admin.describe_consumer_groups([group])[group].result(10)
+                        server_view = [(x.member_id, sorted(tp.partition for tp in x.assignment.topic_partitions))
+                                       for x in d.members]
+                    except Exception as exc:  # noqa: BLE001 - diagnostics only
+                        server_view = repr(exc)
+                    raise AssertionError(
+                        f"{len(missing)} messages not consumed {what}: missing per partition {by_partition}, "
+                        f"first missing {missing[:6]}, {len(producer.producer)} not yet delivered by the producer; "
+                        f"members {owners}; committed {committed}; "
+                        f"the coordinator's view {server_view}\n"
+                        f"server log tail:\n{_tail(tmp_path / 'server.log')}")
                 observe()
                 time.sleep(0.05)
 
@@ -165,6 +183,16 @@ def test_rolling_migration_from_classic_to_consumer(tmp_path):
         for p, h in history.items():
             assert h == sorted(h), f"committed offset of partition {p} went backwards: {h}"
     finally:
+        if producer is not None:
+            producer.stop()
         for m in members:
             m.stop()
         assert srv.stop() == 0
+
+
+def _tail(path, lines=60):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as exc:
+        return f"(no server log: {exc})"
