@@ -200,6 +200,21 @@ declare("offsets.topic.num.partitions", int, 1, "Shards of the group coordinator
 declare("transaction.state.log.num.partitions", int, 1, "Shards of the transaction coordinator: partitions "
         "of `__transaction_state`; a transactional id lives in the one Kafka's hash of it picks. Read when the "
         "topic is created.", minimum=1, maximum=1000, group="transactions")
+declare("upstream.bootstrap.servers", str, "", "An existing Kafka-compatible cluster (host:port,...) that keeps "
+        "the group coordinator's records in a compacted topic of its own, instead of the local `__consumer_offsets` "
+        "log: each shard is a partition of `upstream.groups.topic`, written through a transactional producer per "
+        "shard that fences any previous owner. Empty: the local log. Any other `upstream.<name>` is passed to the "
+        "upstream client as librdkafka setting `<name>` (for example `upstream.security.protocol`).", group="upstream")
+declare("upstream.groups.topic", str, "__cohort_groups", "The upstream topic holding the group coordinator's "
+        "records: created compacted with `offsets.topic.num.partitions` partitions if missing, and must have "
+        "exactly that many.", group="upstream")
+declare("upstream.groups.replication.factor", int, -1, "Replication factor of `upstream.groups.topic` when "
+        "cohort creates it (-1: the upstream's default).", minimum=-1, maximum=32767, group="upstream")
+declare("upstream.cluster.name", str, "cohort", "Names this cohort cluster on the upstream: shard k is owned "
+        "through transactional id `cohort-<name>-shard-<k>`, so instances sharing a name fence one another.",
+        group="upstream")
+declare("upstream.request.timeout.ms", int, 30000, "How long one upstream operation (taking ownership of a "
+        "shard, reading it, one append) may take before it fails.", minimum=1000, group="upstream")
 declare("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for "
         "(INVALID_TRANSACTION_TIMEOUT otherwise); a transaction open longer than its timeout is aborted and its "
         "producer fenced.", minimum=1, group="transactions")
@@ -413,6 +428,18 @@ def _kafka_synonyms(layer: list[tuple[str, str, str]]) -> list[tuple[str, str, s
 _LISTENER_PREFIX = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(?:(plain|scram-sha-256|scram-sha-512|oauthbearer)\.)?(.+)$")
 
 
+UPSTREAM_CLIENT_PREFIX = "upstream."  # upstream.<librdkafka setting>, passed to the upstream client
+
+
+def upstream_client_settings(config: "Config") -> dict[str, str]:
+    """The upstream client's settings: ``bootstrap.servers`` and every undeclared ``upstream.<name>``."""
+    out = {"bootstrap.servers": config["upstream.bootstrap.servers"]}
+    for name, value in config.items():
+        if name.startswith(UPSTREAM_CLIENT_PREFIX) and name not in REGISTRY:
+            out[name[len(UPSTREAM_CLIENT_PREFIX):]] = value
+    return out
+
+
 def _lookup(name: str, source: str | None = None, unknown_ok: bool = False) -> Setting | None:
     """The setting called ``name``; for a name cohort does not know, None when ``unknown_ok``
     and the name is one of Kafka's broker settings, else ConfigError."""
@@ -426,6 +453,9 @@ def _lookup(name: str, source: str | None = None, unknown_ok: bool = False) -> S
             setting = dataclasses.replace(REGISTRY[base], name=name)
         elif unknown_ok and base in KAFKA_BROKER_SETTINGS:
             return None
+    if setting is None and name.startswith(UPSTREAM_CLIENT_PREFIX) and len(name) > len(UPSTREAM_CLIENT_PREFIX):
+        secret = any(word in name for word in ("password", "secret", "token", "key"))
+        setting = Setting(name, str, "", "an upstream client setting", group="upstream", sensitive=secret)
     if setting is None:
         if unknown_ok and name in KAFKA_BROKER_SETTINGS:
             return None

@@ -404,8 +404,6 @@ class Broker:
                    replication_factor: int, internal: bool) -> Topic:
         """A validated topic, not yet created (raises BrokerError)."""
         partitions, resolved = self.validate_new_topic(name, partitions, replication_factor, configs or {})
-        if name.startswith("__") and not internal:
-            raise BrokerError(INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
         return Topic(name, new_topic_id(), partitions, resolved, internal)
 
     def _make_logs(self, topic: Topic, first: int = 0) -> list[PartitionLog]:

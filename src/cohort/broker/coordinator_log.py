@@ -69,6 +69,8 @@ class MemberOrderGuard:
 
 
 class CoordinatorLog:
+    supports_transactions = True  # holds clients' transactional batches and their markers
+
     def __init__(self, log: PartitionLog, *, linger_ms: int = 0, append_seconds: Histogram | None = None,
                  fsync_seconds: Histogram | None = None) -> None:
         self.log = log
@@ -85,6 +87,12 @@ class CoordinatorLog:
     def compaction_guard() -> MemberOrderGuard:
         """What compaction of this log must respect so that a replay still works."""
         return MemberOrderGuard()
+
+    async def open(self) -> None:
+        """The local log is this broker's own: nothing to take ownership of."""
+
+    def on_lost(self, callback) -> None:
+        """Nobody else writes this broker's own log: it is never taken over."""
 
     def add_listener(self, callback) -> None:
         """``callback()`` runs after the high watermark advances (wakes Fetch long-polls)."""

@@ -34,7 +34,8 @@ from kio.schema.errors import ErrorCode
 from cohort.assignors import registry
 from cohort.broker import BrokerError
 from cohort.broker.lag_snapshot import SnapshotLagProvider
-from cohort.config import REGISTRY, ConfigError, declare
+from cohort import upstream
+from cohort.config import REGISTRY, ConfigError, declare, upstream_client_settings
 from cohort.broker.coordinator_log import OFFSETS_TOPIC
 from cohort.coordinator import (
     CoordinatorConfig,
@@ -197,6 +198,7 @@ def install(server: "Server") -> None:
     _classic.install(server, coordinator)
 
 
+UPSTREAM_RETRY_S = 2  # pause between attempts to reach an upstream that did not answer
 PLACEMENT_CACHE = 100_000  # group ids whose shard is remembered (cleared when full: ids are client input)
 
 
@@ -230,7 +232,14 @@ class GroupCoordinator:
         self.loaded = False  # every shard loaded (readiness); each runtime says so for its own shard
         self.order = ConnectionOrder()
         self.runtimes: list[CoordinatorRuntime] = []
-        for p, clog in enumerate(self.broker.coordinator_logs):
+        logs: list = list(self.broker.coordinator_logs)
+        self.upstream: dict | None = None  # the upstream client's settings when the records live there
+        if server.config["upstream.bootstrap.servers"]:
+            self.upstream = upstream_client_settings(server.config)
+            logs = upstream.group_logs(self.upstream, server.config["upstream.groups.topic"],
+                                       server.config["upstream.cluster.name"], len(logs),
+                                       server.config["upstream.request.timeout.ms"] / 1000)
+        for p, clog in enumerate(logs):
             if self.snapshots is None:
                 shard = GroupCoordinatorShard(self.config, assignors=assignors)
                 shard.update_log_offsets(BrokerLogOffsets(self.broker))
@@ -298,9 +307,12 @@ class GroupCoordinator:
         started = time.monotonic()
 
         async def one(runtime: CoordinatorRuntime) -> tuple[int, int]:
-            counts = await runtime.load()
+            counts = await self._load_retrying(runtime) if self.upstream else await runtime.load()
             self.server.spawn(runtime.timer_loop())
             return counts
+
+        if self.upstream is not None:
+            await self._upstream_topic()
 
         totals = await asyncio.gather(*(one(r) for r in self.runtimes))
         await self._refresh_snapshot(now_ms())
@@ -311,10 +323,39 @@ class GroupCoordinator:
                  len(self.runtimes), sum(len(s.state.groups) for s in self.shards))
 
     async def unload(self) -> None:
-        """Shutdown hook: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded)."""
+        """Shutdown hook: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded);
+        upstream logs finish their appends in flight and let their clients go."""
         self.loaded = False
         for runtime in self.runtimes:
             runtime.unload()
+        if self.upstream is not None:
+            await asyncio.gather(*(r.log.close() for r in self.runtimes), return_exceptions=True)
+
+    async def _upstream_topic(self) -> None:
+        """The upstream topic of the shards exists, compacted, with one partition per shard;
+        retried until the upstream answers (the groups answer COORDINATOR_LOAD_IN_PROGRESS)."""
+        config = self.server.config
+        topic = config["upstream.groups.topic"]
+        while True:
+            try:
+                created = await asyncio.get_running_loop().run_in_executor(
+                    None, upstream.ensure_topic, self.upstream, topic, len(self.runtimes),
+                    config["upstream.groups.replication.factor"], config["upstream.request.timeout.ms"] / 1000)
+                break
+            except upstream.UpstreamLogError as exc:
+                log.error("%s; retrying in %d s", exc, UPSTREAM_RETRY_S)
+                await asyncio.sleep(UPSTREAM_RETRY_S)
+        log.info("group coordinator records on upstream %s, topic %s (%s)", self.upstream["bootstrap.servers"],
+                 topic, "created" if created else "found")
+
+    async def _load_retrying(self, runtime: CoordinatorRuntime) -> tuple[int, int]:
+        """Load a shard from the upstream, again after a pause while the upstream cannot serve it."""
+        while True:
+            try:
+                return await runtime.load()
+            except OSError as exc:
+                log.error("%s: cannot load from the upstream: %s; retrying in %d s", runtime.name, exc, UPSTREAM_RETRY_S)
+                await asyncio.sleep(UPSTREAM_RETRY_S)
 
     def _observe(self, records: list) -> None:
         self.timeline.observe(records, now_ms())

@@ -48,6 +48,8 @@ log = logging.getLogger("cohort.runtime")
 class RecordLog(Protocol):
     """Where a shard's records live. Offsets count records from the start of the log."""
 
+    supports_transactions: bool  # can hold a client's transactional batches (TxnOffsetCommit)
+
     def append_records(self, records: Sequence[tuple[bytes, bytes | None]], transaction: Any = None) -> asyncio.Future:
         """Append (key, value) records (value None: a tombstone) in call order, as one batch
         (``transaction``: a `TxnBatch` making it a producer's transactional batch or marker).
@@ -62,6 +64,13 @@ class RecordLog(Protocol):
     def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None, Any]]:
         """(offset, key, value, transaction) of every record, oldest first, for the replay on
         load (``transaction``: the batch's `TxnBatch`, None for a plain batch)."""
+
+    async def open(self) -> None:
+        """Before the replay: take ownership of the log (an upstream log fences its previous
+        owner here). Raises OSError if it cannot."""
+
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        """``callback(reason)`` runs if another owner took the log over: stop serving the shard."""
 
 
 def now_ms() -> int:
@@ -173,6 +182,8 @@ class CoordinatorRuntime:
         self._parked: dict[int, asyncio.Future] = {}  # request id -> resolved with its completion
         self._wake = asyncio.Event()
         self._sleep_until: int | None = None
+        self.lost = False  # the log was taken over: the shard is not served from here again
+        log.on_lost(self._lost)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -180,6 +191,9 @@ class CoordinatorRuntime:
         """Replay the log into the shard, re-arm its timers, then serve. Returns (records, skipped)."""
         count = skipped = 0
         async with self.lock:
+            if self.lost:
+                raise OSError(f"{self.name} was taken over by another owner")
+            await self.log.open()
             async for offset, key, value, transaction in self.log.records():
                 try:
                     self.shard.replay(self._decode(key, value, transaction))
@@ -192,6 +206,12 @@ class CoordinatorRuntime:
             self._log_end = self.log.end_offset
             self.loaded = True
         return count, skipped
+
+    def _lost(self, reason: str) -> None:
+        log.error("%s: no longer served from here: %s", self.name, reason)
+        self.lost = True
+        self.unload()
+        self._wake.set()  # the timer task ends
 
     def unload(self) -> None:
         """Shutdown: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded)."""
@@ -287,7 +307,7 @@ class CoordinatorRuntime:
         if entry.durable.done():
             return  # already reverted
         if fut.cancelled() or fut.exception() is not None:
-            log.error("%s: coordinator log fsync failed: %s", self.name, None if fut.cancelled() else fut.exception())
+            log.error("%s: coordinator log write failed: %s", self.name, None if fut.cancelled() else fut.exception())
             self._revert_inflight()
             return
         while self._inflight and self._inflight[0].end <= entry.end:
@@ -383,7 +403,7 @@ class CoordinatorRuntime:
 
     async def timer_loop(self) -> None:
         """Sleep until the shard's next deadline (or an earlier one is scheduled), then expire."""
-        while True:
+        while not self.lost:
             async with self.lock:
                 deadline = self.shard.next_deadline()
             self._sleep_until = deadline
@@ -401,7 +421,7 @@ class CoordinatorRuntime:
             async with self.lock:
                 now = now_ms()
                 deadline = self.shard.next_deadline()
-                if deadline is None or deadline > now:
+                if self.lost or deadline is None or deadline > now:
                     continue
                 self.prepare()
                 if self._heavy_expiry(now):

@@ -175,6 +175,8 @@ class TransactionCoordinator:
             groups = self.server.group_coordinator  # type: ignore[attr-defined]
             if not 0 <= partition < len(groups.runtimes):
                 return E.unknown_topic_or_partition
+            if not groups.runtimes[partition].log.supports_transactions:
+                return E.none  # it refuses TxnOffsetCommit: no pending offset there to settle
             result = await groups.runtimes[partition].write_async(
                 rq.TxnMarkerRequest(producer_id, producer_epoch, commit, coordinator_epoch))
             return E.not_leader_or_follower if isinstance(result, Failed) else E.none
@@ -340,6 +342,8 @@ class TransactionCoordinator:
         runtime = groups.runtime_for(body.group_id)
         if not runtime.loaded:
             return reply(every(E.coordinator_load_in_progress))
+        if not runtime.log.supports_transactions:  # an upstream log: the client's transaction is not ours to hold
+            return reply(every(E.unsupported_for_message_format))
         offsets_partition = (OFFSETS_TOPIC, groups.partition_of(runtime))
         verified = self.verify(body.transactional_id, body.producer_id, body.producer_epoch, offsets_partition)
         if verified != tc.NONE:

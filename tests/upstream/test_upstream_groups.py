@@ -1,0 +1,134 @@
+"""cohort with its group coordinator's records on an upstream cluster (`upstream.bootstrap.servers`,
+the upstream being another `cohort serve`): real clients' groups survive the loss of the
+instance's coordinator data, and a second instance taking the shards over fences the first."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cohort.server.testing import ServerProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+TOPIC, PARTITIONS, RECORDS = "orders", 4, 400
+FAST = ("group.consumer.heartbeat.interval.ms=300", "group.consumer.min.heartbeat.interval.ms=100",
+        "group.consumer.session.timeout.ms=6000", "group.consumer.min.session.timeout.ms=1000",
+        "group.initial.rebalance.delay.ms=100", "group.min.session.timeout.ms=1000")
+
+
+def instance(path, upstream, *extra) -> ServerProcess:
+    path.mkdir(exist_ok=True)
+    return ServerProcess(path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
+                         "offsets.topic.num.partitions=2", *FAST, *extra, log_path=str(path / "server.log")).start()
+
+
+def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2) -> set[bytes]:
+    """``members`` consumers of one group read every record, committing each one."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    if protocol == "classic":
+        conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    consumers = [ck.Consumer(conf) for _ in range(members)]
+    for c in consumers:
+        c.subscribe([TOPIC])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(seen) < RECORDS:
+            assert time.monotonic() < deadline, f"{group}: consumed {len(seen)} of {RECORDS}"
+            for c in consumers:
+                m = c.poll(0.05)
+                if m is not None and m.error() is None:
+                    seen.add(m.value())
+                    c.commit(message=m, asynchronous=False)
+    finally:
+        for c in consumers:
+            c.close()
+    return seen
+
+
+def committed(bootstrap: str, group: str) -> dict[int, int]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed(
+            [ck.TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}
+    finally:
+        c.close()
+
+
+def upstream_records(upstream, topic: str = "__cohort_groups") -> int:
+    """Committed records of the group coordinator's topic, read from the upstream itself."""
+    c = ck.Consumer({"bootstrap.servers": upstream.bootstrap, "group.id": "reader", "enable.partition.eof": True,
+                     "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(2)])
+    count, eof, deadline = 0, set(), time.monotonic() + 30
+    try:
+        while len(eof) < 2 and time.monotonic() < deadline:
+            for m in c.consume(500, 0.2):
+                if m.error() is None:
+                    count += 1
+                elif m.error().code() == ck.KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+        return count
+    finally:
+        c.close()
+
+
+def test_groups_come_back_from_the_upstream_and_a_new_owner_fences_the_old(tmp_path, upstream):
+    a = instance(tmp_path / "a", upstream, "upstream.cluster.name=e2e")
+    b = None
+    try:
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(20)
+        p = ck.Producer({"bootstrap.servers": a.bootstrap})
+        for i in range(RECORDS):
+            p.produce(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+        assert p.flush(20) == 0
+        expected = {b"r%d" % i for i in range(RECORDS)}
+        assert consume_all(a.bootstrap, "kip848", "consumer") == expected
+        assert consume_all(a.bootstrap, "old-school", "classic") == expected
+        ends = {q: RECORDS // PARTITIONS for q in range(PARTITIONS)}
+        assert committed(a.bootstrap, "kip848") == ends
+        written = upstream_records(upstream)
+        assert written >= 2 * RECORDS  # every commit and membership change went to the upstream
+
+        # kill -9, and lose every local trace of the coordinator: the upstream has it all
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        a.stop()
+        for name in os.listdir(a.data_dir):
+            if name.startswith("__consumer_offsets"):
+                shutil.rmtree(os.path.join(a.data_dir, name))
+        a = instance(tmp_path / "a", upstream, "upstream.cluster.name=e2e")
+        assert committed(a.bootstrap, "kip848") == ends
+        assert committed(a.bootstrap, "old-school") == ends
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        described = admin.describe_consumer_groups(["kip848", "old-school"])
+        assert str(described["kip848"].result(20).type).endswith("CONSUMER")
+        assert str(described["old-school"].result(20).type).endswith("CLASSIC")
+
+        # A second instance of the same cohort cluster takes the shards over: it fences `a`,
+        # whose next write is refused by the upstream, and which stops serving the shard.
+        b = instance(tmp_path / "b", upstream, "upstream.cluster.name=e2e")
+        assert committed(b.bootstrap, "kip848") == ends
+        c = ck.Consumer({"bootstrap.servers": a.bootstrap, "group.id": "kip848", "enable.auto.commit": False})
+        try:
+            with pytest.raises(ck.KafkaException):
+                c.commit(offsets=[ck.TopicPartition(TOPIC, 0, 1)], asynchronous=False)
+        finally:
+            c.close()
+        with open(tmp_path / "a" / "server.log") as f:
+            assert "no longer served from here: fenced" in f.read()
+        assert committed(b.bootstrap, "kip848") == ends  # the zombie's commit never landed
+        assert upstream_records(upstream) == written
+    finally:
+        assert a.stop() == 0
+        if b is not None:
+            assert b.stop() == 0
