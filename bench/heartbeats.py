@@ -346,6 +346,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=900)
     ap.add_argument("--join-interval-ms", type=int, default=1000)
     ap.add_argument("--shards", type=int, default=1, help="offsets.topic.num.partitions (group coordinator shards)")
+    ap.add_argument("--upstream", action="store_true",
+                    help="run the broker in front of an upstream (another cohort serve): groups' records upstream, "
+                         "everything else forwarded")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         overrides = ["group.consumer.min.heartbeat.interval.ms=100",
@@ -353,6 +356,13 @@ def main() -> None:
                      "group.consumer.session.timeout.ms=60000", "group.consumer.max.session.timeout.ms=60000",
                      f"offsets.topic.num.partitions={args.shards}"]
         print(f"group coordinator shards: {args.shards}")
+        upstream = None
+        if args.upstream:
+            os.makedirs(os.path.join(tmp, "upstream"))
+            upstream = ServerProcess(os.path.join(tmp, "upstream", "data"),
+                                     log_path=os.path.join(tmp, "upstream.log")).start()
+            overrides.append(f"upstream.bootstrap.servers={upstream.bootstrap}")
+            print(f"in front of an upstream at {upstream.bootstrap}")
         srv = ServerProcess(os.path.join(tmp, "data"), *overrides, log_path=os.path.join(tmp, "server.log")).start()
         try:
             if args.only in (None, "rate", "latency"):
@@ -369,6 +379,8 @@ def main() -> None:
                                               replication_factor=1)])["join-topic"].result(30)
                 join_phase(srv, args)
         finally:
+            if upstream is not None:
+                upstream.stop()
             code = srv.stop()
             if code:
                 print(open(os.path.join(tmp, "server.log")).read()[-3000:], file=sys.stderr)

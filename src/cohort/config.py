@@ -215,6 +215,18 @@ declare("upstream.cluster.name", str, "cohort", "Names this cohort cluster on th
         group="upstream")
 declare("upstream.request.timeout.ms", int, 30000, "How long one upstream operation (taking ownership of a "
         "shard, reading it, one append) may take before it fails.", minimum=1000, group="upstream")
+declare("upstream.forward", bool, True, "With `upstream.bootstrap.servers`: forward every request that is not "
+        "a group API to the upstream's brokers, so clients bootstrapped to cohort produce to and fetch from "
+        "the upstream (docs/upstream.md). false: topics and data stay on this broker, only the group "
+        "coordinator's records go upstream.", group="upstream")
+declare("upstream.broker.port.base", int, 0, "The upstream broker with node id N is reached through cohort's "
+        "port base + N (the same on every restart and every instance, as clients cache addresses); 0: a free "
+        "port each.", minimum=0, maximum=65535, group="upstream")
+declare("upstream.coordinator.node.id", int, 1000000, "The node id clients see for cohort's group "
+        "coordinator in front of an upstream; it must not be one of the upstream's node ids.", minimum=0,
+        group="upstream")
+declare("upstream.metadata.refresh.ms", int, 2000, "How often the upstream's brokers and topics are read "
+        "again (new topics become subscribable, new brokers get a port).", minimum=100, group="upstream")
 declare("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for "
         "(INVALID_TRANSACTION_TIMEOUT otherwise); a transaction open longer than its timeout is aborted and its "
         "producer fenced.", minimum=1, group="transactions")

@@ -1,11 +1,10 @@
-"""cohort with its group coordinator's records on an upstream cluster (`upstream.bootstrap.servers`,
-the upstream being another `cohort serve`): real clients' groups survive the loss of the
-instance's coordinator data, and a second instance taking the shards over fences the first."""
+"""cohort in front of an upstream cluster (`upstream.bootstrap.servers`; the upstream is another
+`cohort serve`): clients bootstrapped to cohort create topics, produce and consume through it,
+the groups' records live upstream so a new instance with an empty data dir has every group and
+offset back, and a second instance taking the shards over fences the first."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import time
 
@@ -18,6 +17,7 @@ from cohort.server.testing import ServerProcess
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 400
+GROUPS_TOPIC = "__cohort_groups_e2e"  # the cohort upstream is shared by the package's tests: a topic of its own
 FAST = ("group.consumer.heartbeat.interval.ms=300", "group.consumer.min.heartbeat.interval.ms=100",
         "group.consumer.session.timeout.ms=6000", "group.consumer.min.session.timeout.ms=1000",
         "group.initial.rebalance.delay.ms=100", "group.min.session.timeout.ms=1000")
@@ -26,7 +26,8 @@ FAST = ("group.consumer.heartbeat.interval.ms=300", "group.consumer.min.heartbea
 def instance(path, upstream, *extra) -> ServerProcess:
     path.mkdir(exist_ok=True)
     return ServerProcess(path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
-                         "offsets.topic.num.partitions=2", *FAST, *extra, log_path=str(path / "server.log")).start()
+                         "offsets.topic.num.partitions=2", f"upstream.groups.topic={GROUPS_TOPIC}", *FAST, *extra,
+                         log_path=str(path / "server.log")).start()
 
 
 def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2) -> set[bytes]:
@@ -63,7 +64,7 @@ def committed(bootstrap: str, group: str) -> dict[int, int]:
         c.close()
 
 
-def upstream_records(upstream, topic: str = "__cohort_groups") -> int:
+def upstream_records(upstream, topic: str = GROUPS_TOPIC) -> int:
     """Committed records of the group coordinator's topic, read from the upstream itself."""
     c = ck.Consumer({"bootstrap.servers": upstream.bootstrap, "group.id": "reader", "enable.partition.eof": True,
                      "isolation.level": "read_committed", "enable.auto.commit": False})
@@ -81,7 +82,9 @@ def upstream_records(upstream, topic: str = "__cohort_groups") -> int:
         c.close()
 
 
-def test_groups_come_back_from_the_upstream_and_a_new_owner_fences_the_old(tmp_path, upstream):
+@pytest.mark.parametrize("kind", ["upstream", "tansu"])  # another cohort; Tansu, which speaks only classic groups
+def test_groups_come_back_from_the_upstream_and_a_new_owner_fences_the_old(tmp_path, request, kind):
+    upstream = request.getfixturevalue(kind)
     a = instance(tmp_path / "a", upstream, "upstream.cluster.name=e2e")
     b = None
     try:
@@ -99,14 +102,11 @@ def test_groups_come_back_from_the_upstream_and_a_new_owner_fences_the_old(tmp_p
         written = upstream_records(upstream)
         assert written >= 2 * RECORDS  # every commit and membership change went to the upstream
 
-        # kill -9, and lose every local trace of the coordinator: the upstream has it all
+        # kill -9, and start a new instance with an empty data dir: the upstream has it all
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait()
         a.stop()
-        for name in os.listdir(a.data_dir):
-            if name.startswith("__consumer_offsets"):
-                shutil.rmtree(os.path.join(a.data_dir, name))
-        a = instance(tmp_path / "a", upstream, "upstream.cluster.name=e2e")
+        a = instance(tmp_path / "a2", upstream, "upstream.cluster.name=e2e")
         assert committed(a.bootstrap, "kip848") == ends
         assert committed(a.bootstrap, "old-school") == ends
         admin = AdminClient({"bootstrap.servers": a.bootstrap})
@@ -124,7 +124,7 @@ def test_groups_come_back_from_the_upstream_and_a_new_owner_fences_the_old(tmp_p
                 c.commit(offsets=[ck.TopicPartition(TOPIC, 0, 1)], asynchronous=False)
         finally:
             c.close()
-        with open(tmp_path / "a" / "server.log") as f:
+        with open(tmp_path / "a2" / "server.log") as f:
             assert "no longer served from here: fenced" in f.read()
         assert committed(b.bootstrap, "kip848") == ends  # the zombie's commit never landed
         assert upstream_records(upstream) == written

@@ -24,6 +24,18 @@ if TYPE_CHECKING:
 
 NO_RESPONSE: Any = object()
 """Returned by a handler when the client expects no answer (Produce with acks=0)."""
+CLOSE_WITHOUT_ANSWER: Any = object()
+"""Returned by a handler that cannot answer: the connection is closed instead (the client retries)."""
+
+
+class Unprefixed:
+    """A response frame without its size prefix (as read from an upstream broker); the writer
+    sends the prefix before it, so a large answer is not copied to prepend four bytes."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
 
 
 class Encoded(bytes):

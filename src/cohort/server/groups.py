@@ -193,7 +193,7 @@ def install(server: "Server") -> None:
     server.config_resources[GROUP] = GroupConfigs(coordinator)
     server.startup_hooks.append(coordinator.load)
 
-    server.broker.topic_listeners.append(coordinator.topics_changed)
+    coordinator.topic_source.topic_listeners.append(coordinator.topics_changed)
     server.shutdown_hooks.append(coordinator.unload)
     _classic.install(server, coordinator)
 
@@ -213,6 +213,8 @@ class GroupCoordinator:
         self.server = server
         self.broker = server.broker
         self.log = server.broker.coordinator_log  # partition 0's; its histograms cover every shard
+        # Where topics are known: this broker's, or the upstream's when cohort forwards to one.
+        self.topic_source = server.topic_source
         self.config = coordinator_config(server.config)
         self.offload_min_members = server.config["group.coordinator.offload.min.members"]
         self.snapshots: SnapshotLagProvider | None = None
@@ -242,7 +244,7 @@ class GroupCoordinator:
         for p, clog in enumerate(logs):
             if self.snapshots is None:
                 shard = GroupCoordinatorShard(self.config, assignors=assignors)
-                shard.update_log_offsets(BrokerLogOffsets(self.broker))
+                shard.update_log_offsets(BrokerLogOffsets(self.topic_source))
             else:
                 shard = GroupCoordinatorShard(self.config, lag_provider=self.snapshots, assignors=assignors)
             self.runtimes.append(CoordinatorRuntime(
@@ -260,7 +262,7 @@ class GroupCoordinator:
         self._stale = set(range(len(self.runtimes)))  # shards whose topic image is out of date
         self._image: tuple[int, MetadataImage] | None = None  # (broker topic version, image) last built
         self._hb = {}  # version -> HeartbeatEncoder
-        self.names = wire.TopicNames(self.broker.topic_by_id, self.broker.topics.get)
+        self.names = wire.TopicNames(self.topic_source.topic_by_id, self.topic_source.topics.get)
 
     # --- placement ---------------------------------------------------------------------------
 
@@ -420,7 +422,7 @@ class GroupCoordinator:
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         try:
-            topic = self.broker.topic_by_id(topic_id)
+            topic = self.topic_source.topic_by_id(topic_id)
         except KeyError:
             return None
         return None if topic is None else topic.name
@@ -445,7 +447,7 @@ class GroupCoordinator:
         if index not in self._stale:
             return
         self._stale.discard(index)
-        snap = self.broker.metadata_snapshot()
+        snap = self.topic_source.metadata_snapshot()
         if self._image is None or self._image[0] != snap.version:  # one image shared by every shard
             self._image = (snap.version, MetadataImage.of(
                 (TopicImage(t.name, t.topic_id, t.num_partitions) for t in snap.topics.values() if not t.internal),
@@ -623,7 +625,7 @@ class GroupCoordinator:
         groups = wire.offset_fetch_groups(req.body, version, self.names)
 
         def names_to_ids(name: str) -> Any:
-            topic = self.broker.topics.get(name)
+            topic = self.topic_source.topics.get(name)
             return None if topic is None else topic.id
 
         if not any(self.serving(r.group_id) for r, _ in groups):

@@ -50,7 +50,7 @@ from cohort.security.sasl import (
 )
 from cohort.security.sasl import State as SaslState
 from cohort.server import configs, handlers, http, listeners, overview, security_apis
-from cohort.server.api import NO_RESPONSE, ApiTable, CloseConnection, Encoded
+from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, ApiTable, CloseConnection, Encoded, Unprefixed
 from cohort.server.context import ANONYMOUS, RequestContext
 from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
 from cohort.server.listeners import Listener
@@ -64,7 +64,8 @@ _NO_LIFETIME = datetime.timedelta(0)  # SaslAuthenticate session lifetime: no re
 
 # Modules that register more APIs: each must define ``install(server)``.
 SHUTDOWN_GRACE_S = 0.05  # time for answers written by the shutdown hooks to leave
-PLUGINS = ("cohort.server.groups", "cohort.server.transactions")  # transactions use the group coordinator
+# upstream first (it may replace where topics are known); transactions use the group coordinator
+PLUGINS = ("cohort.server.upstream", "cohort.server.groups", "cohort.server.transactions")
 
 
 class Server:
@@ -118,6 +119,11 @@ class Server:
                                for l in self.listeners if l.sasl}
         # resource type -> provider for DescribeConfigs / IncrementalAlterConfigs
         self.config_resources: dict[int, configs.ConfigProvider] = {}
+        # Where the group coordinator learns topics (the upstream plugin may replace it), and a
+        # router that may take a request frame before it is decoded (forwarding to an upstream).
+        self.topic_source: Any = self.broker
+        self.frame_router: Callable[[bytes, RequestContext], tuple | None] | None = None
+        self.connection_closed: list[Callable[[RequestContext], None]] = []
         handlers.install(self)
         configs.install(self)
         security_apis.install(self)
@@ -167,6 +173,14 @@ class Server:
         return self._mechanisms.get(listener.name, ())
 
     # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open_listener(self, listener: Listener) -> int:
+        """Listen on one more plain listener (no TLS, no SASL) while running; returns its port."""
+        srv = await asyncio.start_server(functools.partial(self._on_connection, listener=listener),
+                                         listener.host or None, listener.port, limit=_SMALL_FRAME, reuse_address=True)
+        self._servers.append(srv)
+        self.ports[listener.name] = port = srv.sockets[0].getsockname()[1]
+        return port
 
     async def start(self) -> None:
         for listener in self.listeners:
@@ -264,9 +278,11 @@ class Server:
         stats.connections_opened[name] = stats.connections_opened.get(name, 0) + 1
         stats.connections_open[name] = stats.connections_open.get(name, 0) + 1
         sender = asyncio.ensure_future(self._send_loop(queue, writer, state, listener.name))
+        ctx = None
         try:
             try:
-                await self._read_loop(reader, queue, self._context(peer, listener, writer), state)
+                ctx = self._context(peer, listener, writer)
+                await self._read_loop(reader, queue, ctx, state)
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
             except _Close as exc:
@@ -279,6 +295,9 @@ class Server:
         finally:
             sender.cancel()
             writer.close()
+            if ctx is not None:
+                for hook in self.connection_closed:
+                    hook(ctx)
             self._states.discard(state)
             stats.connections_open[name] -= 1
             self._quotas.release(ip)
@@ -375,6 +394,13 @@ class Server:
     def _handle(self, frame: bytes, ctx: RequestContext, apis: ApiTable, table: VersionTable) -> tuple | None:
         """Decode and dispatch one frame: the queue item to answer it with, None for no answer
         at all, or _Close."""
+        if self.frame_router is not None:
+            try:
+                routed = self.frame_router(frame, ctx)
+            except MalformedRequest as exc:
+                raise _Close(f"malformed request: {_one_line(exc)}") from None
+            if routed is not None:
+                return routed
         try:
             request = decode_request(frame, table)
         except UnsupportedApi as exc:
@@ -538,14 +564,18 @@ class Server:
                     except asyncio.CancelledError:
                         raise
                     except Exception:  # noqa: BLE001
-                        log.exception("handler for api_key=%d v%d failed", codec.api_key, codec.version)
+                        log.exception("handler for api_key=%d v%d failed", codec.api_key if codec else -1,
+                                      codec.version if codec else -1)
                         result = (error_response(codec.response_type, ErrorCode.unknown_server_error)
-                                  if has_top_level_error(codec.response_type) else _UNANSWERABLE)
+                                  if codec is not None and has_top_level_error(codec.response_type) else _UNANSWERABLE)
                 state.pending -= 1
                 if result is _UNANSWERABLE:
                     frame = None
                 elif result is NO_RESPONSE:
                     frame = b""
+                elif type(result) is Unprefixed:
+                    frame = result.body
+                    out.append(struct.pack(">i", len(frame)))
                 elif codec is None or isinstance(result, Encoded):
                     frame = result
                 else:
@@ -600,7 +630,7 @@ class Server:
 
 
 _SMALL_FRAME = 65536  # frames up to this size never wait for request memory (and the stream's limit)
-_UNANSWERABLE: Any = object()
+_UNANSWERABLE: Any = CLOSE_WITHOUT_ANSWER
 
 
 def _one_line(exc: Exception | str, limit: int = 300) -> str:

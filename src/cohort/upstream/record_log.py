@@ -219,7 +219,7 @@ class UpstreamRecordLog:
 
         producer = self._producer
         offsets: list[int] = []
-        errors: list[str] = []
+        errors: list = []
 
         def delivered(err, msg) -> None:  # nothing that can raise here: librdkafka calls it
             if err is not None:
@@ -241,10 +241,10 @@ class UpstreamRecordLog:
                 self.failed = UpstreamLogError(f"fenced: {_describe(err)}")
                 raise self.failed from None
             self._abort()
-            raise UpstreamLogError(_describe(err)) from None
-        except UpstreamLogError:
+            raise self.failed or UpstreamLogError(_describe(err)) from None
+        except UpstreamLogError as exc:
             self._abort()
-            raise
+            raise self.failed or exc from None
         except Exception as exc:  # noqa: BLE001 - the append did not happen
             # confluent-kafka 2.16 calls the delivery callback of messages it purges after a fatal
             # error (fenced) while produce()'s own KafkaException is pending, so the callback's
@@ -253,7 +253,7 @@ class UpstreamRecordLog:
             # that SystemError is what produce() raises. The abort below still finds the producer
             # fenced and marks the log lost.
             self._abort()
-            raise UpstreamLogError(f"the upstream client failed: {exc!r}") from None
+            raise self.failed or UpstreamLogError(f"the upstream client failed: {exc!r}") from None
         first, last = min(offsets), max(offsets)
         if self._next_upstream is not None and first != self._next_upstream or last - first != len(records) - 1:
             self.failed = UpstreamLogError(

@@ -1,0 +1,282 @@
+"""cohort in front of an upstream Kafka-compatible cluster (``upstream.bootstrap.servers`` with
+``upstream.forward``): cohort coordinates the consumer groups, the upstream keeps the data.
+
+* **Who answers what.** Group APIs (KIP-848 and classic, offsets, ListGroups, DescribeGroups,
+  DeleteGroups, OffsetDelete), ApiVersions and SASL are answered here; everything else goes to
+  the upstream as bytes (`cohort.upstream.forward`). A connection's answers leave in the order
+  its requests came, local or forwarded.
+* **Addresses.** Each upstream broker is reached through a port of cohort's own
+  (``upstream.broker.port.base`` + its node id, or a free port when the base is 0), so partition
+  leadership is kept: Produce and Fetch go to the broker that leads. Metadata and DescribeCluster
+  answers list those ports under the upstream's node ids, plus cohort's coordinator under a node
+  id of its own (``upstream.coordinator.node.id``, which must not be an upstream id): clients
+  that look a coordinator up in Metadata (franz-go, aiokafka, librdkafka) find it there.
+  FindCoordinator answers cohort for groups, and the upstream's coordinator (through its cohort
+  port) for transactions.
+* **Versions.** A forwarded API is offered over the versions both cohort's codec and the
+  upstream support; Produce above v9 and Fetch above v15 are not offered (their answers may
+  name brokers in ``NodeEndpoints``, which are not rewritten yet).
+* **Topics** for subscriptions and assignments are the upstream's (`UpstreamCluster`, polled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from cohort.config import ConfigError, upstream_client_settings
+from kio.schema.errors import ErrorCode
+
+from cohort.protocol.codec import (MalformedResponse, decode_request, decode_response, encode_request, encode_response,
+                                   peek_header)
+from cohort.protocol.entities import build, has_field, nested
+from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unprefixed
+from cohort.server.listeners import Listener
+from cohort.upstream.cluster import UpstreamCluster
+from cohort.upstream.forward import BrokerConnection, ConnectionRoutes, UpstreamGone, produce_acks
+
+if TYPE_CHECKING:
+    from cohort.server.context import RequestContext
+    from cohort.server.server import Server
+
+log = logging.getLogger("cohort.upstream")
+
+PRODUCE, FETCH, METADATA, FIND_COORDINATOR, LIST_GROUPS = 0, 1, 3, 10, 16
+SASL_HANDSHAKE, API_VERSIONS, TXN_OFFSET_COMMIT, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 17, 18, 28, 36, 60
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
+LOCAL_APIS = GROUP_APIS | {SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE, TXN_OFFSET_COMMIT}
+VERSION_CAPS = {PRODUCE: 9, FETCH: 15}  # NodeEndpoints (KIP-951) above these
+GROUP_KEY = 0
+TOPIC_CHANGES = frozenset({19, 20, 37})  # CreateTopics, DeleteTopics, CreatePartitions: read topics again
+
+
+def install(server: "Server") -> None:
+    config = server.config
+    if not config["upstream.bootstrap.servers"] or not config["upstream.forward"]:
+        return
+    if server.authorizer is not None:
+        raise ConfigError("upstream.forward: ACLs are not enforced on forwarded requests yet; turn the authorizer "
+                          "off or set upstream.forward=false")
+    if any(listener.tls or listener.sasl for listener in server.listeners):
+        raise ConfigError("upstream.forward: the listeners of an instance in front of an upstream must be "
+                          "PLAINTEXT for now (the upstream's broker ports are plain)")
+    if upstream_client_settings(config).get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        raise ConfigError("upstream.forward: forwarded connections to the upstream are PLAINTEXT for now; set "
+                          "upstream.forward=false to keep only the groups' records on a TLS or SASL upstream")
+    proxy = UpstreamProxy(server)
+    server.upstream_proxy = proxy  # type: ignore[attr-defined]
+    server.topic_source = proxy.cluster
+    server.frame_router = proxy.route
+    server.connection_closed.append(proxy.closed)
+    server.broker.node_id = config["upstream.coordinator.node.id"]
+    server.apis.register(API_VERSIONS, proxy.api_versions)
+    server.startup_hooks.append(proxy.run)
+
+
+class UpstreamProxy:
+    def __init__(self, server: "Server") -> None:
+        config = server.config
+        self.server = server
+        self.client = upstream_client_settings(config)
+        self.cluster = UpstreamCluster(self.client, frozenset({config["upstream.groups.topic"]}),
+                                       timeout_s=config["upstream.request.timeout.ms"] / 1000)
+        self.coordinator_id = config["upstream.coordinator.node.id"]
+        self.port_base = config["upstream.broker.port.base"]
+        self.refresh_s = config["upstream.metadata.refresh.ms"] / 1000
+        self.node_ports: dict[int, int] = {}  # upstream node id -> cohort's port for it
+        self.listener_nodes: dict[str, int] = {}  # listener name -> upstream node id
+        self.upstream_versions: dict[int, tuple[int, int]] = {}
+        self.ready = asyncio.Event()
+        self.cluster_timeout_s = config["upstream.request.timeout.ms"] / 1000
+        self._wanted = asyncio.Event()  # a refresh is wanted before the period is over
+        self._started = self._completed = 0  # refreshes begun and finished
+        self._progress = asyncio.Event()  # set (and replaced) when a refresh finishes
+        self._routes: dict[int, ConnectionRoutes] = {}  # id(client connection) -> its upstream connections
+        self._local_api_versions = server.apis.lookup(API_VERSIONS, 0)
+
+    # --- keeping up with the upstream ------------------------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wanted.clear()
+            self._started += 1
+            number = self._started
+            try:
+                brokers, topics = await loop.run_in_executor(None, self.cluster.fetch)
+                self.cluster.apply(brokers, topics)
+                for node_id in sorted(brokers.nodes):
+                    if node_id == self.coordinator_id:
+                        log.error("upstream node id %d is cohort's upstream.coordinator.node.id: set it to another "
+                                  "value", node_id)
+                    elif node_id not in self.node_ports:
+                        await self._open_port(node_id)
+                if not self.upstream_versions:
+                    self.upstream_versions = await self._upstream_api_versions()
+                if not self.ready.is_set():
+                    log.info("forwarding to upstream %s: brokers %s on ports %s", self.client["bootstrap.servers"],
+                             sorted(brokers.nodes), [self.node_ports[n] for n in sorted(self.node_ports)])
+                self.ready.set()
+            except (OSError, MalformedResponse) as exc:
+                log.warning("upstream %s: %s", self.client["bootstrap.servers"], exc)
+            except Exception:  # noqa: BLE001 - keep following the upstream whatever one refresh did
+                log.exception("upstream %s: refresh failed", self.client["bootstrap.servers"])
+            self._completed = number
+            progress, self._progress = self._progress, asyncio.Event()
+            progress.set()
+            try:
+                await asyncio.wait_for(self._wanted.wait(), self.refresh_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def refresh(self) -> None:
+        """Return once a refresh of the upstream's topics begun after this call has finished
+        (after a CreateTopics passed through, the topic is subscribable and committable)."""
+        wanted = self._started + 1
+        self._wanted.set()
+        deadline = asyncio.get_running_loop().time() + self.cluster_timeout_s
+        while self._completed < wanted:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._progress.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    async def _open_port(self, node_id: int) -> None:
+        first = self.server.listeners[0]
+        name = f"UPSTREAM-{node_id}"
+        port = self.port_base + node_id if self.port_base else 0
+        listener = Listener(name, "PLAINTEXT", first.host, port, first.advertised_host, 0)
+        self.node_ports[node_id] = await self.server.open_listener(listener)
+        self.listener_nodes[name] = node_id
+
+    async def _upstream_api_versions(self) -> dict[int, tuple[int, int]]:
+        host, port = next(iter(self.cluster.brokers.nodes.values()))
+        conn = BrokerConnection(host, port)
+        try:
+            body = build(_api_versions_request(), client_software_name="cohort", client_software_version="1")
+            frame = await conn.request(encode_request(API_VERSIONS, 3, 1, "cohort", body)[4:])
+        except UpstreamGone as exc:
+            raise OSError(str(exc)) from None
+        finally:
+            conn.close()
+        _, resp = decode_response(API_VERSIONS, 3, frame)
+        return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def closed(self, ctx: "RequestContext") -> None:
+        routes = self._routes.pop(id(ctx), None)
+        if routes is not None:
+            routes.close()
+
+    def route(self, frame: bytes, ctx: "RequestContext") -> tuple | None:
+        """The queue item answering ``frame``, or None when cohort answers it itself."""
+        api_key, version, correlation_id = peek_header(frame)
+        node = self.listener_nodes.get(ctx.listener.name)  # None: cohort's own (coordinator) port
+        if api_key in LOCAL_APIS:
+            if api_key == API_VERSIONS:
+                return None
+            if api_key == LIST_GROUPS and node is not None:  # groups are listed by the coordinator only
+                req = decode_request(frame, self.server.table)
+                return correlation_id, req.codec, build(req.codec.response_type, throttle_time=datetime.timedelta(0),
+                                                        error_code=ErrorCode.none, groups=())
+            return None
+        request = None
+        if api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
+            request = decode_request(frame, self.server.table)
+            if api_key == FIND_COORDINATOR and getattr(request.body, "key_type", GROUP_KEY) == GROUP_KEY:
+                return None
+        if api_key == PRODUCE and produce_acks(frame, version) == 0:
+            asyncio.ensure_future(self._forward(ctx, node, frame, None, expect_answer=False))
+            return correlation_id, None, NO_RESPONSE
+        return correlation_id, None, asyncio.ensure_future(self._forward(ctx, node, frame, request))
+
+    async def _forward(self, ctx: "RequestContext", node: int | None, frame: bytes, request: Any,
+                       expect_answer: bool = True) -> Any:
+        if not self.ready.is_set():
+            await self.ready.wait()
+        api_key = peek_header(frame)[0]
+        nodes = self.cluster.brokers.nodes
+        target = node if node is not None else min(nodes)
+        address = nodes.get(target)
+        if address is None:
+            return CLOSE_WITHOUT_ANSWER  # the broker left the upstream: the client asks Metadata again
+        routes = self._routes.get(id(ctx))
+        if routes is None:
+            routes = self._routes[id(ctx)] = ConnectionRoutes()
+        try:
+            answer = await routes.get(target, address).request(frame, expect_answer)
+        except UpstreamGone as exc:
+            log.debug("forwarding to node %d: %s", target, exc)
+            return CLOSE_WITHOUT_ANSWER
+        if api_key in TOPIC_CHANGES:
+            await self.refresh()
+        if request is None:
+            return Unprefixed(answer)
+        return Encoded(self._rewrite(ctx, request, answer))
+
+    def _rewrite(self, ctx: "RequestContext", request: Any, answer: bytes) -> bytes:
+        """Metadata, DescribeCluster, FindCoordinator: upstream addresses become cohort's."""
+        correlation_id, body = decode_response(request.api_key, request.version, answer)
+        host, port = self.server.endpoint(self.server.listeners[0])
+        resp = request.codec.response_type
+        if request.api_key == FIND_COORDINATOR:
+            if has_field(resp, "coordinators"):
+                coords = tuple(c if c.node_id < 0 or c.node_id not in self.node_ports else
+                               dataclasses.replace(c, host=host, port=self.node_ports[c.node_id])
+                               for c in body.coordinators)
+                body = dataclasses.replace(body, coordinators=coords)
+            elif body.node_id >= 0 and body.node_id in self.node_ports:
+                body = dataclasses.replace(body, host=host, port=self.node_ports[body.node_id])
+        else:
+            id_field = "node_id" if request.api_key == METADATA else "broker_id"
+            brokers = [dataclasses.replace(b, host=host, port=self.node_ports[getattr(b, id_field)])
+                       for b in body.brokers if getattr(b, id_field) in self.node_ports]
+            entry = nested(resp, "brokers")
+            brokers.append(build(entry, **{id_field: self.coordinator_id, "host": host, "port": port, "rack": None}))
+            body = dataclasses.replace(body, brokers=tuple(brokers))
+        return encode_response(correlation_id, request.codec, body)
+
+    def api_versions(self, ctx: "RequestContext", req: Any) -> Any:
+        """cohort's own answer, with every forwarded API narrowed to what the upstream serves
+        (once that is known: a client connecting sooner waits for it)."""
+        if not self.upstream_versions:
+            return self._api_versions_when_ready(ctx, req)
+        return self._api_versions(ctx, req)
+
+    async def _api_versions_when_ready(self, ctx: "RequestContext", req: Any) -> Any:
+        await self.ready.wait()
+        return self._api_versions(ctx, req)
+
+    def _api_versions(self, ctx: "RequestContext", req: Any) -> Any:
+        answer = self._local_api_versions(ctx, req)
+        local = {k.api_key: k for k in answer.api_keys}
+        entry = nested(req.codec.response_type, "api_keys")
+        from cohort.protocol.versions import SUPPORTED
+
+        keys = []
+        for api_key in sorted(set(local) | set(self.upstream_versions)):
+            if api_key in LOCAL_APIS:
+                if api_key in local:
+                    keys.append(local[api_key])
+                continue
+            ours = SUPPORTED.get(api_key)
+            theirs = self.upstream_versions.get(api_key)
+            if ours is None or theirs is None:
+                continue
+            lo, hi = max(ours[1], theirs[0]), min(ours[2], theirs[1], VERSION_CAPS.get(api_key, 1 << 15))
+            if lo <= hi:
+                keys.append(build(entry, api_key=api_key, min_version=lo, max_version=hi))
+        return dataclasses.replace(answer, api_keys=tuple(keys))
+
+
+def _api_versions_request() -> type:
+    from kio.index import load_request_schema
+
+    return load_request_schema(API_VERSIONS, 3)

@@ -1,0 +1,112 @@
+"""What cohort knows of the upstream cluster: its brokers (to reach each through a port of
+cohort's own) and its topics (names, ids, partition counts), refreshed by polling its metadata.
+
+`UpstreamCluster` offers the group coordinator the same small view of topics the local broker
+does (`topics`, `topic_by_id`, `metadata_snapshot`, `topic_listeners`), so assignments and
+subscriptions resolve against the upstream's topics and topic ids, which are what clients see.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cohort.broker import MetadataSnapshot, TopicSnapshot
+
+log = logging.getLogger("cohort.upstream")
+
+UPSTREAM_INTERNAL = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTopic:
+    name: str
+    id: uuid.UUID
+    partitions: int
+    internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Brokers:
+    """The upstream's brokers (node id -> host, port), its cluster id and controller."""
+
+    nodes: Mapping[int, tuple[str, int]]
+    cluster_id: str | None
+    controller_id: int
+
+
+class UpstreamCluster:
+    """The upstream's brokers and topics, as of the last `refresh` (see the module docstring)."""
+
+    def __init__(self, client: Mapping[str, Any], internal: frozenset[str] = frozenset(), *,
+                 timeout_s: float = 30.0) -> None:
+        self._client = dict(client)
+        self._internal = UPSTREAM_INTERNAL | internal
+        self._timeout = timeout_s
+        self._admin: Any = None
+        self.brokers = Brokers({}, None, -1)
+        self.topics: dict[str, UpstreamTopic] = {}
+        self._by_id: dict[uuid.UUID, UpstreamTopic] = {}
+        self.topic_version = 0
+        self.topic_listeners: list[Callable[[], None]] = []
+        self.logs: Mapping = {}  # no local logs: lag from the upstream's offsets is not read yet
+
+    # --- the coordinator's view ----------------------------------------------------------------
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> UpstreamTopic | None:
+        return self._by_id.get(topic_id)
+
+    def metadata_snapshot(self) -> MetadataSnapshot:
+        """As the broker's, with offsets unknown (0): the upstream's offsets are not read yet."""
+        views = {t.name: TopicSnapshot(t.name, t.id, t.partitions, (0,) * t.partitions, (0,) * t.partitions, t.internal)
+                 for t in self.topics.values()}
+        return MetadataSnapshot(self.topic_version, views, {t.id: t.name for t in self.topics.values()})
+
+    # --- refreshing (blocking: run on a worker thread, apply on the loop) -----------------------
+
+    def fetch(self) -> tuple[Brokers, dict[str, UpstreamTopic]]:
+        """The upstream's brokers and topics now. Raises OSError with a one-line reason."""
+        import confluent_kafka as ck
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(self._client)
+        try:
+            md = self._admin.list_topics(timeout=self._timeout)
+        except ck.KafkaException as exc:
+            raise OSError(f"cannot read the upstream's metadata: {exc.args[0].str()}") from None
+        brokers = Brokers({b.id: (b.host, b.port) for b in md.brokers.values()}, md.cluster_id, md.controller_id)
+        names = sorted(name for name, t in md.topics.items() if t.error is None)
+        topics: dict[str, UpstreamTopic] = {}
+        if names:
+            futures = self._admin.describe_topics(TopicCollection(names), request_timeout=self._timeout)
+            for name, fut in futures.items():
+                try:
+                    d = fut.result(self._timeout)
+                except Exception:  # noqa: BLE001 - deleted meanwhile: seen at the next refresh
+                    continue
+                tid = d.topic_id
+                bits = (tid.get_most_significant_bits() << 64 | tid.get_least_significant_bits() & (2**64 - 1))
+                topics[name] = UpstreamTopic(name, uuid.UUID(int=bits & (2**128 - 1)), len(d.partitions),
+                                             name in self._internal)
+        return brokers, topics
+
+    def apply(self, brokers: Brokers, topics: dict[str, UpstreamTopic]) -> bool:
+        """Take a fetched state; True (and the listeners told) if the topics changed."""
+        self.brokers = brokers
+        if topics == self.topics:
+            return False
+        self.topics.clear()  # in place: readers hold its bound methods
+        self.topics.update(topics)
+        self._by_id = {t.id: t for t in topics.values()}
+        self.topic_version += 1
+        for cb in self.topic_listeners:
+            cb()
+        return True
+
+    def close(self) -> None:
+        self._admin = None

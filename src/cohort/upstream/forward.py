@@ -1,0 +1,140 @@
+"""Forwarding requests to the upstream's brokers as bytes.
+
+Each client connection gets, lazily, one connection of its own to each upstream broker it
+sends to. Kafka answers the requests of a connection in order, and the client's requests on
+that upstream connection are exactly its own, so frames go out unchanged (the client's
+correlation ids are kept: nothing else shares the connection) and answers come back in the
+order asked. The server queues every answer of a client connection, local or forwarded, in
+request order, so the client sees Kafka's ordering even when some are answered here.
+
+Record batches are never decoded: a Produce or Fetch costs a copy each way. Only a Produce
+with acks=0 is parsed that far (it gets no answer, so none is awaited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import struct
+
+from cohort.protocol.tagged import read_uvarint
+
+PRODUCE = 0
+_SIZE = struct.Struct(">i")
+
+
+class UpstreamGone(ConnectionError):
+    """The upstream broker closed the connection or could not be reached."""
+
+
+class BrokerConnection:
+    """One connection to one upstream broker, on behalf of one client connection."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+        self._connecting: asyncio.Future | None = None
+        self.closed = False
+
+    async def _connect(self) -> None:
+        try:
+            # a large limit: a Fetch answer of megabytes is read without pausing the socket every 128 KiB
+            reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 22)
+        except OSError as exc:
+            raise UpstreamGone(f"cannot reach upstream broker {self.host}:{self.port}: {exc}") from None
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._writer = writer
+        self._reader_task = asyncio.ensure_future(self._read_loop(reader))
+
+    async def request(self, frame: bytes, expect_answer: bool = True) -> bytes | None:
+        """Send a request frame (without its size prefix); its answer frame (without prefix)."""
+        if self.closed:
+            raise UpstreamGone("the upstream connection is closed")
+        if self._writer is None:
+            if self._connecting is None:
+                self._connecting = asyncio.ensure_future(self._connect())
+            await asyncio.shield(self._connecting)
+        fut = asyncio.get_running_loop().create_future() if expect_answer else None
+        if fut is not None:
+            self._waiting.append(fut)
+        self._writer.writelines((_SIZE.pack(len(frame)), frame))  # no copy of a large frame to prefix it
+        if fut is None:
+            return None
+        return await fut
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                prefix = await reader.readexactly(4)
+                body = await reader.readexactly(_SIZE.unpack(prefix)[0])
+                if not self._waiting:
+                    break  # an answer nobody asked for: the connection is not what we think
+                fut = self._waiting.popleft()
+                if not fut.done():
+                    fut.set_result(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        finally:
+            self._fail(UpstreamGone(f"upstream broker {self.host}:{self.port} closed the connection"))
+
+    def _fail(self, exc: Exception) -> None:
+        self.closed = True
+        while self._waiting:
+            fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+        if self._writer is not None:
+            self._writer.close()
+
+    def close(self) -> None:
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        self._fail(UpstreamGone("closed"))
+
+
+def produce_acks(frame: bytes, version: int) -> int:
+    """The ``acks`` of a Produce request frame (without size prefix)."""
+    flexible = version >= 9
+    (n,) = struct.unpack_from(">h", frame, 8)  # client_id
+    pos = 10 + max(n, 0)
+    if flexible:  # header tags
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+    if version >= 3:  # transactional_id
+        if flexible:
+            length, pos = read_uvarint(frame, pos)
+            pos += max(length - 1, 0)
+        else:
+            (n,) = struct.unpack_from(">h", frame, pos)
+            pos += 2 + max(n, 0)
+    return struct.unpack_from(">h", frame, pos)[0]
+
+
+class ConnectionRoutes:
+    """The upstream connections of one client connection, by upstream node id."""
+
+    __slots__ = ("connections",)
+
+    def __init__(self) -> None:
+        self.connections: dict[int, BrokerConnection] = {}
+
+    def get(self, node_id: int, address: tuple[str, int]) -> BrokerConnection:
+        conn = self.connections.get(node_id)
+        if conn is None or conn.closed or (conn.host, conn.port) != address:
+            if conn is not None:
+                conn.close()
+            conn = self.connections[node_id] = BrokerConnection(*address)
+        return conn
+
+    def close(self) -> None:
+        for conn in self.connections.values():
+            conn.close()
+        self.connections.clear()

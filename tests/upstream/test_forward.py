@@ -1,0 +1,148 @@
+"""Forwarding frames to an upstream broker: acks=0 is recognised without decoding, answers come
+back in order, a lost upstream fails what waits on it; through a running proxy, ApiVersions is
+the intersection with the upstream, and pipelined local and forwarded requests are answered in
+order."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import socket
+import struct
+
+import pytest
+from kio.index import load_request_schema
+
+from cohort.protocol.codec import decode_response, encode_request
+from cohort.protocol.entities import build, nested
+from cohort.server.testing import ServerProcess
+from cohort.upstream.forward import BrokerConnection, UpstreamGone, produce_acks
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def produce_frame(version: int, acks: int, transactional_id: str | None) -> bytes:
+    cls = load_request_schema(0, version)
+    part = build(nested(nested(cls, "topic_data"), "partition_data"), index=0, records=b"")
+    data = build(nested(cls, "topic_data"), name="t", partition_data=(part,))
+    body = build(cls, transactional_id=transactional_id, acks=acks, timeout=datetime.timedelta(seconds=1),
+                 topic_data=(data,))
+    return encode_request(0, version, 7, "a-client-id", body)[4:]
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("txn", [None, "", "a-transactional-id"])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_produce_acks_is_read_without_decoding(version, txn, acks):
+    assert produce_acks(produce_frame(version, acks, txn), version) == acks
+
+
+def test_answers_come_back_in_order_and_a_closed_upstream_fails_the_waiting():
+    async def scenario():
+        answered = []
+
+        async def upstream(reader, writer):
+            try:
+                while True:
+                    size = struct.unpack(">i", await reader.readexactly(4))[0]
+                    frame = await reader.readexactly(size)
+                    if frame == b"close":
+                        writer.close()
+                        return
+                    answered.append(frame)
+                    if frame.startswith(b"no-answer"):  # as a broker does not answer acks=0
+                        continue
+                    writer.write(struct.pack(">i", len(frame) + 1) + frame + b"!")
+            except asyncio.IncompleteReadError:
+                pass
+
+        srv = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        conn = BrokerConnection("127.0.0.1", port)
+        frames = [b"req-%d" % i for i in range(20)]
+        got = await asyncio.gather(*(conn.request(f) for f in frames))
+        assert got == [f + b"!" for f in frames]
+        assert answered == frames
+        assert await conn.request(b"no-answer", expect_answer=False) is None
+        waiting = asyncio.ensure_future(conn.request(b"close"))
+        with pytest.raises(UpstreamGone):
+            await waiting
+        with pytest.raises(UpstreamGone):
+            await conn.request(b"two")
+        srv.close()
+        await srv.wait_closed()
+
+    asyncio.run(scenario())
+
+
+def test_an_unreachable_upstream_broker_is_upstream_gone():
+    async def scenario():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with pytest.raises(UpstreamGone, match="cannot reach"):
+            await BrokerConnection("127.0.0.1", port).request(b"")
+
+    asyncio.run(scenario())
+
+
+def _ask(sock, frames):
+    sock.sendall(b"".join(frames))
+    out = []
+    for _ in frames:
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        out.append(_recv(sock, size))
+    return out
+
+
+def _recv(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return buf
+
+
+def test_a_proxy_offers_the_intersection_and_answers_pipelined_requests_in_order(tmp_path, upstream):
+    proxy = ServerProcess(tmp_path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
+                          "upstream.groups.topic=__cohort_groups_forward", log_path=str(tmp_path / "proxy.log")).start()
+    try:
+        versions = build(load_request_schema(18, 3), client_software_name="t", client_software_version="1")
+        metadata = build(load_request_schema(3, 12), topics=None, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False)
+        find = build(load_request_schema(10, 3), key="some-group", key_type=0)
+        frames = [encode_request(18, 3, 1, "t", versions), encode_request(3, 12, 2, "t", metadata),
+                  encode_request(10, 3, 3, "t", find), encode_request(3, 12, 4, "t", metadata)]
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            answers = _ask(sock, frames)
+        assert [struct.unpack_from(">i", a)[0] for a in answers] == [1, 2, 3, 4]  # in request order
+        _, api = decode_response(18, 3, answers[0])
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in api.api_keys}
+        assert ranges[0][1] == 9 and ranges[1][1] == 15  # NodeEndpoints versions are not offered
+        assert 68 in ranges and 69 in ranges  # the group APIs are cohort's own
+        _, md = decode_response(3, 12, answers[1])
+        ports = {b.node_id: b.port for b in md.brokers}
+        assert ports[1000000] == proxy.port  # the coordinator, under a node id of its own
+        assert ports[1] != upstream.port and ports[1] != proxy.port  # the upstream broker, through cohort
+        assert md.controller_id == 1
+        _, coordinator = decode_response(10, 3, answers[2])
+        assert (coordinator.node_id, coordinator.port) == (1000000, proxy.port)
+    finally:
+        assert proxy.stop() == 0
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("upstream.security.protocol=SSL", "forwarded connections to the upstream are PLAINTEXT"),
+    ("authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer", "ACLs are not enforced"),
+])
+def test_forwarding_refuses_to_start_where_it_would_weaken_security(tmp_path, setting, says):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "cohort.server", "serve", "--port", "0", "--data-dir",
+                           str(tmp_path / "data"), "-o", "http.listener=", "-o", "upstream.bootstrap.servers=127.0.0.1:1",
+                           "-o", setting], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
