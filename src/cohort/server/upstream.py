@@ -106,8 +106,8 @@ class UpstreamProxy:
             self._started += 1
             number = self._started
             try:
-                brokers, topics = await loop.run_in_executor(None, self.cluster.fetch)
-                self.cluster.apply(brokers, topics)
+                brokers, topics, offsets = await loop.run_in_executor(None, self.cluster.fetch)
+                self.cluster.apply(brokers, topics, offsets)
                 for node_id in sorted(brokers.nodes):
                     if node_id == self.coordinator_id:
                         log.error("upstream node id %d is cohort's upstream.coordinator.node.id: set it to another "

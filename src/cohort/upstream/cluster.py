@@ -30,6 +30,17 @@ class UpstreamTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """A partition's upstream offsets, read like a local log's by the coordinator's lag view."""
+
+    start_offset: int
+    end_offset: int  # the last stable offset
+
+    def last_stable_offset(self, _end: int) -> int:
+        return self.end_offset
+
+
+@dataclass(frozen=True, slots=True)
 class Brokers:
     """The upstream's brokers (node id -> host, port), its cluster id and controller."""
 
@@ -52,7 +63,9 @@ class UpstreamCluster:
         self._by_id: dict[uuid.UUID, UpstreamTopic] = {}
         self.topic_version = 0
         self.topic_listeners: list[Callable[[], None]] = []
-        self.logs: Mapping = {}  # no local logs: lag from the upstream's offsets is not read yet
+        # (topic, partition) -> its upstream offsets, read with the metadata: the lag the
+        # coordinator's lag-aware assignment and metrics use (as the broker's `logs`).
+        self.logs: dict[tuple[str, int], PartitionOffsets] = {}
 
     # --- the coordinator's view ----------------------------------------------------------------
 
@@ -60,15 +73,20 @@ class UpstreamCluster:
         return self._by_id.get(topic_id)
 
     def metadata_snapshot(self) -> MetadataSnapshot:
-        """As the broker's, with offsets unknown (0): the upstream's offsets are not read yet."""
-        views = {t.name: TopicSnapshot(t.name, t.id, t.partitions, (0,) * t.partitions, (0,) * t.partitions, t.internal)
+        """As the broker's; offsets as of the last refresh."""
+        logs, none = self.logs, PartitionOffsets(0, 0)
+        views = {t.name: TopicSnapshot(t.name, t.id, t.partitions,
+                                       tuple(logs.get((t.name, p), none).start_offset for p in range(t.partitions)),
+                                       tuple(logs.get((t.name, p), none).end_offset for p in range(t.partitions)),
+                                       t.internal)
                  for t in self.topics.values()}
         return MetadataSnapshot(self.topic_version, views, {t.id: t.name for t in self.topics.values()})
 
     # --- refreshing (blocking: run on a worker thread, apply on the loop) -----------------------
 
-    def fetch(self) -> tuple[Brokers, dict[str, UpstreamTopic]]:
-        """The upstream's brokers and topics now. Raises OSError with a one-line reason."""
+    def fetch(self) -> tuple[Brokers, dict[str, UpstreamTopic], dict[tuple[str, int], "PartitionOffsets"]]:
+        """The upstream's brokers, topics and their partitions' offsets now. Raises OSError with a
+        one-line reason."""
         import confluent_kafka as ck
         from confluent_kafka import TopicCollection
         from confluent_kafka.admin import AdminClient
@@ -93,11 +111,36 @@ class UpstreamCluster:
                 bits = (tid.get_most_significant_bits() << 64 | tid.get_least_significant_bits() & (2**64 - 1))
                 topics[name] = UpstreamTopic(name, uuid.UUID(int=bits & (2**128 - 1)), len(d.partitions),
                                              name in self._internal)
-        return brokers, topics
+        return brokers, topics, self._offsets(topics)
 
-    def apply(self, brokers: Brokers, topics: dict[str, UpstreamTopic]) -> bool:
+    def _offsets(self, topics: dict[str, UpstreamTopic]) -> dict[tuple[str, int], "PartitionOffsets"]:
+        """Every user topic partition's log start and last stable offset (what a read_committed
+        consumer can reach: the end for lag, as the broker counts it)."""
+        import confluent_kafka as ck
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import OffsetSpec
+
+        tps = [ck.TopicPartition(t.name, p) for t in topics.values() if not t.internal for p in range(t.partitions)]
+        if not tps:
+            return {}
+        found: dict[tuple[str, int], list[int]] = {}
+        for slot, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):
+            futures = self._admin.list_offsets({tp: spec for tp in tps}, isolation_level=IsolationLevel.READ_COMMITTED,
+                                               request_timeout=self._timeout)
+            for tp, fut in futures.items():
+                try:
+                    offset = fut.result(self._timeout).offset
+                except Exception:  # noqa: BLE001 - a partition without a leader right now: next refresh
+                    continue
+                found.setdefault((tp.topic, tp.partition), [0, 0])[slot] = max(offset, 0)
+        return {key: PartitionOffsets(start, max(start, end)) for key, (start, end) in found.items()}
+
+    def apply(self, brokers: Brokers, topics: dict[str, UpstreamTopic],
+              offsets: dict[tuple[str, int], "PartitionOffsets"] | None = None) -> bool:
         """Take a fetched state; True (and the listeners told) if the topics changed."""
         self.brokers = brokers
+        if offsets is not None:
+            self.logs = offsets
         if topics == self.topics:
             return False
         self.topics.clear()  # in place: readers hold its bound methods
