@@ -9,7 +9,9 @@ import asyncio
 import datetime
 import socket
 import struct
+import time
 
+import confluent_kafka as ck
 import pytest
 from kio.index import load_request_schema
 
@@ -128,6 +130,30 @@ def test_a_proxy_offers_the_intersection_and_answers_pipelined_requests_in_order
         assert md.controller_id == 1
         _, coordinator = decode_response(10, 3, answers[2])
         assert (coordinator.node_id, coordinator.port) == (1000000, proxy.port)
+
+        # Group configs are cohort's; topic configs the upstream's (a topic created through cohort).
+        from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                           ResourceType)
+
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin.create_topics([NewTopic("configured", 1, config={"cleanup.policy": "compact"})])["configured"].result(20)
+        group = ConfigResource(ResourceType.GROUP, "configured-group", incremental_configs=[
+            ConfigEntry("consumer.heartbeat.interval.ms", "7000", incremental_operation=AlterConfigOpType.SET)])
+        deadline = time.monotonic() + 30
+        while True:  # the coordinator may still be loading its shards from the upstream
+            try:
+                admin.incremental_alter_configs([group])[group].result(20)
+                break
+            except ck.KafkaException as exc:
+                assert exc.args[0].code() == ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline
+                time.sleep(0.2)
+        described = admin.describe_configs([ConfigResource(ResourceType.GROUP, "configured-group")])
+        assert next(iter(described.values())).result(20)["consumer.heartbeat.interval.ms"].value == "7000"
+        direct = AdminClient({"bootstrap.servers": upstream.bootstrap})
+        on_upstream = direct.describe_configs([ConfigResource(ResourceType.GROUP, "configured-group")])
+        assert next(iter(on_upstream.values())).result(20)["consumer.heartbeat.interval.ms"].value != "7000"
+        topic = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "configured")])
+        assert next(iter(topic.values())).result(20)["cleanup.policy"].value == "compact"
     finally:
         assert proxy.stop() == 0
 

@@ -2,7 +2,8 @@
 ``upstream.forward``): cohort coordinates the consumer groups, the upstream keeps the data.
 
 * **Who answers what.** Group APIs (KIP-848 and classic, offsets, ListGroups, DescribeGroups,
-  DeleteGroups, OffsetDelete), ApiVersions and SASL are answered here; everything else goes to
+  DeleteGroups, OffsetDelete), ApiVersions, SASL, and DescribeConfigs / IncrementalAlterConfigs
+  naming only group resources (dynamic group configs) are answered here; everything else goes to
   the upstream as bytes (`cohort.upstream.forward`). A connection's answers leave in the order
   its requests came, local or forwarded.
 * **Addresses.** Each upstream broker is reached through a port of cohort's own
@@ -50,6 +51,7 @@ GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
 LOCAL_APIS = GROUP_APIS | {SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE, TXN_OFFSET_COMMIT}
 VERSION_CAPS = {PRODUCE: 9, FETCH: 15}  # NodeEndpoints (KIP-951) above these
 GROUP_KEY = 0
+GROUP_CONFIG_APIS, GROUP_RESOURCE = frozenset({32, 44}), 32  # DescribeConfigs, IncrementalAlterConfigs; GROUP
 TOPIC_CHANGES = frozenset({19, 20, 37})  # CreateTopics, DeleteTopics, CreatePartitions: read topics again
 
 
@@ -188,6 +190,11 @@ class UpstreamProxy:
                                                         error_code=ErrorCode.none, groups=())
             return None
         request = None
+        if api_key in GROUP_CONFIG_APIS:
+            # Dynamic group configs are cohort's (the groups are); the rest is the upstream's.
+            decoded = decode_request(frame, self.server.table)
+            if decoded.body.resources and all(r.resource_type == GROUP_RESOURCE for r in decoded.body.resources):
+                return None
         if api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
             request = decode_request(frame, self.server.table)
             if api_key == FIND_COORDINATOR and getattr(request.body, "key_type", GROUP_KEY) == GROUP_KEY:
