@@ -10,10 +10,13 @@ zeroes the counters (`callgrind_control -z`), sends the measured requests, dumps
   ConsumerGroupHeartbeats, one per member per round, pipelined over 4 connections.
 * **produce**: `--requests` Produce v9 requests (acks=-1), each one batch of 100 x 1 KiB records;
   **produce-idempotent** the same from an idempotent producer (each batch sequence-checked).
+* **transaction**: a confluent-kafka transactional producer runs `--requests` transactions of
+  100 records of 100 B to one partition (begin, produce, commit), after 5 unmeasured ones: what
+  the broker spends per committed transaction, markers and `__transaction_state` writes included.
 
 `--src` runs another tree's broker (e.g. a `git worktree` of an older commit) for an A/B:
 
-    .venv/bin/python bench/instructions.py heartbeat|produce|produce-idempotent [--requests N] [--src DIR/src] [--acls]
+    .venv/bin/python bench/instructions.py heartbeat|produce|produce-idempotent|transaction [--requests N] [--src DIR/src] [--acls]
                                            [--shards N]
 """
 
@@ -33,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("case", choices=["heartbeat", "produce", "produce-idempotent"])
+    ap.add_argument("case", choices=["heartbeat", "produce", "produce-idempotent", "transaction"])
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--acls", action="store_true", help="run the broker with ACLs on (allow.everyone.if.no.acl.found=true)")
     ap.add_argument("--src", default=os.path.join(HERE, "..", "src"), help="the src/ directory of the broker to measure")
@@ -62,6 +65,8 @@ def main() -> None:
     try:
         if args.case == "heartbeat":
             n = heartbeat(srv, args.requests or 3000)
+        elif args.case == "transaction":
+            n = transactions(srv, args.requests or 50)
         else:
             n = produce(srv, args.requests or 500, idempotent=args.case == "produce-idempotent")
     finally:
@@ -129,6 +134,31 @@ def produce(srv, requests: int, idempotent: bool = False) -> int:
             assert c.request(0, 9, bodies[20 + i]).responses[0].partition_responses[0].error_code == 0
         dump(srv)
     return requests
+
+
+def transactions(srv, count: int) -> int:
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+    admin.create_topics([NewTopic("txn", 1)])["txn"].result(300)
+    p = ck.Producer({"bootstrap.servers": srv.bootstrap, "transactional.id": "instructions", "linger.ms": 1,
+                     "transaction.timeout.ms": 600000, "socket.timeout.ms": 300000, "message.timeout.ms": 300000})
+    p.init_transactions(300)
+
+    def one() -> None:
+        p.begin_transaction()
+        for _ in range(100):
+            p.produce("txn", b"v" * 100, partition=0)
+        p.commit_transaction(300)
+
+    for _ in range(5):
+        one()
+    zero(srv)
+    for _ in range(count):
+        one()
+    dump(srv)
+    return count
 
 
 if __name__ == "__main__":

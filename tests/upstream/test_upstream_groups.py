@@ -5,6 +5,8 @@ offset back, and a second instance taking the shards over fences the first."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import time
 
@@ -132,3 +134,31 @@ def test_groups_come_back_from_the_upstream_and_a_new_owner_fences_the_old(tmp_p
         assert a.stop() == 0
         if b is not None:
             assert b.stop() == 0
+
+
+def test_without_forwarding_only_the_groups_records_go_upstream(tmp_path, upstream):
+    """upstream.forward=false: topics and data stay on this broker; the groups come back from the
+    upstream when the local coordinator log is gone."""
+    a = instance(tmp_path / "a", upstream, "upstream.forward=false", "upstream.cluster.name=local-data",
+                 "upstream.groups.topic=__cohort_groups_local")
+    try:
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(20)
+        assert TOPIC not in AdminClient({"bootstrap.servers": upstream.bootstrap}).list_topics(timeout=20).topics
+        p = ck.Producer({"bootstrap.servers": a.bootstrap})
+        for i in range(RECORDS):
+            p.produce(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+        assert p.flush(20) == 0
+        assert len(consume_all(a.bootstrap, "local", "consumer", members=1)) == RECORDS
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        a.stop()
+        for name in os.listdir(a.data_dir):
+            if name.startswith("__consumer_offsets"):
+                shutil.rmtree(os.path.join(a.data_dir, name))
+        a = instance(tmp_path / "a", upstream, "upstream.forward=false", "upstream.cluster.name=local-data",
+                     "upstream.groups.topic=__cohort_groups_local")
+        assert committed(a.bootstrap, "local") == {q: RECORDS // PARTITIONS for q in range(PARTITIONS)}
+        assert upstream_records(upstream, "__cohort_groups_local") > RECORDS
+    finally:
+        assert a.stop() == 0

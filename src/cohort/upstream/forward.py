@@ -63,6 +63,10 @@ class BrokerConnection:
         if fut is not None:
             self._waiting.append(fut)
         self._writer.writelines((_SIZE.pack(len(frame)), frame))  # no copy of a large frame to prefix it
+        try:
+            await self._writer.drain()  # a slow upstream holds the client back, not cohort's memory
+        except (ConnectionError, OSError) as exc:
+            raise UpstreamGone(f"upstream broker {self.host}:{self.port}: {exc}") from None
         if fut is None:
             return None
         return await fut
