@@ -227,6 +227,9 @@ declare("upstream.coordinator.node.id", int, 1000000, "The node id clients see f
         group="upstream")
 declare("upstream.metadata.refresh.ms", int, 2000, "How often the upstream's brokers and topics are read "
         "again (new topics become subscribable, new brokers get a port).", minimum=100, group="upstream")
+declare("upstream.mirror.offsets", bool, False, "In front of an upstream (`upstream.forward`): copy every "
+        "group's committed offsets into the upstream's own group offsets (admin commits, about once a second), so "
+        "lag tools that read the upstream keep working.", group="upstream")
 declare("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for "
         "(INVALID_TRANSACTION_TIMEOUT otherwise); a transaction open longer than its timeout is aborted and its "
         "producer fenced.", minimum=1, group="transactions")

@@ -172,3 +172,38 @@ def test_forwarding_refuses_to_start_where_it_would_weaken_security(tmp_path, se
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def test_committed_offsets_are_mirrored_into_the_upstreams_group_offsets(tmp_path, upstream):
+    proxy = ServerProcess(tmp_path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
+                          "upstream.groups.topic=__cohort_groups_mirror", "upstream.mirror.offsets=true",
+                          log_path=str(tmp_path / "proxy.log")).start()
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin.create_topics([NewTopic("mirrored", 2)])["mirrored"].result(20)
+        c = ck.Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "mirrored-group"})
+        deadline = time.monotonic() + 30
+        while True:  # the coordinator may still be loading its shards from the upstream
+            try:
+                c.commit(offsets=[ck.TopicPartition("mirrored", 0, 7), ck.TopicPartition("mirrored", 1, 3)],
+                         asynchronous=False)
+                break
+            except ck.KafkaException as exc:
+                assert exc.args[0].code() == ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline
+                time.sleep(0.2)
+        c.close()
+        direct = AdminClient({"bootstrap.servers": upstream.bootstrap})
+        want = [ck.ConsumerGroupTopicPartitions("mirrored-group", [ck.TopicPartition("mirrored", 0),
+                                                                   ck.TopicPartition("mirrored", 1)])]
+        deadline = time.monotonic() + 20
+        while True:
+            got = direct.list_consumer_group_offsets(want)["mirrored-group"].result(20)
+            found = {tp.partition: tp.offset for tp in got.topic_partitions}
+            if found == {0: 7, 1: 3}:
+                break
+            assert time.monotonic() < deadline, f"the upstream has {found}"
+            time.sleep(0.3)
+    finally:
+        assert proxy.stop() == 0

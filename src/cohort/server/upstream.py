@@ -18,6 +18,8 @@
   upstream support; Produce above v9 and Fetch above v15 are not offered (their answers may
   name brokers in ``NodeEndpoints``, which are not rewritten yet).
 * **Topics** for subscriptions and assignments are the upstream's (`UpstreamCluster`, polled).
+* With ``upstream.mirror.offsets``, committed offsets are copied into the upstream's own group
+  offsets (`OffsetMirror`) for lag tools that read the upstream.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unpref
 from cohort.server.listeners import Listener
 from cohort.upstream.cluster import UpstreamCluster
 from cohort.upstream.forward import BrokerConnection, ConnectionRoutes, UpstreamGone, produce_acks
+from cohort.upstream.mirror import OffsetMirror
 
 if TYPE_CHECKING:
     from cohort.server.context import RequestContext
@@ -103,6 +106,11 @@ class UpstreamProxy:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.server.config["upstream.mirror.offsets"]:
+            groups = self.server.group_coordinator  # type: ignore[attr-defined]
+            mirror = OffsetMirror(self.client, groups.changes.subscribe(), groups.committed_offsets, groups.group_ids,
+                                  timeout_s=self.cluster_timeout_s)
+            self.server.spawn(mirror.run())
         while True:
             self._wanted.clear()
             self._started += 1

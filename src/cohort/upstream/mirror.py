@@ -1,0 +1,74 @@
+"""Committed offsets copied into the upstream's own group offsets, so lag tools that read the
+upstream (Burrow, kafka-lag-exporter, `kafka-consumer-groups.sh` pointed at it) keep working.
+
+cohort is the groups' coordinator; the upstream never sees their members, so each group is an
+empty group there and takes admin commits (OffsetCommit without a member, as
+`kafka-consumer-groups.sh --reset-offsets` does). Every `period` the groups whose offsets changed
+are written, each with its current offsets; a failure is logged and retried with the next change.
+Offsets cohort deletes (OffsetDelete, DeleteGroups, expiry) are not removed upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+log = logging.getLogger("cohort.upstream")
+
+
+class OffsetMirror:
+    def __init__(self, client: Mapping[str, Any], changes: Any, committed: Callable[[list[str]], list[Any]],
+                 group_ids: Callable[[], list[str]], *, period_s: float = 1.0, timeout_s: float = 30.0) -> None:
+        """``changes``: a subscription to the coordinator's record feed (`take()`);
+        ``committed(group_ids)``: each group's {(topic, partition): committed value} or None."""
+        self._client = dict(client)
+        self._changes, self._committed, self._group_ids = changes, committed, group_ids
+        self._period, self._timeout = period_s, timeout_s
+        self._mirrored: dict[str, dict[tuple[str, int], int]] = {}  # what the upstream has, as far as we know
+        self._admin: Any = None
+        self._warned: dict[str, float] = {}
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._period)
+            taken = self._changes.take()
+            groups = self._group_ids() if taken is None else sorted(taken[1])
+            if not groups:
+                continue
+            batch = {}
+            for gid, offsets in zip(groups, self._committed(groups)):
+                now = {tp: v.offset for tp, v in (offsets or {}).items()}
+                if now and now != self._mirrored.get(gid):
+                    batch[gid] = now
+            if batch:
+                done = await loop.run_in_executor(None, self._send, batch)
+                self._mirrored.update(done)
+
+    def _send(self, batch: dict[str, dict[tuple[str, int], int]]) -> dict[str, dict[tuple[str, int], int]]:
+        """Admin-commit each group's offsets upstream; returns those the upstream took."""
+        import confluent_kafka as ck
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(self._client)
+        done = {}
+        for gid, offsets in batch.items():
+            request = ck.ConsumerGroupTopicPartitions(gid, [ck.TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
+            try:
+                result = self._admin.alter_consumer_group_offsets([request], request_timeout=self._timeout)[gid]
+                failed = [tp for tp in result.result(self._timeout).topic_partitions if tp.error is not None]
+                if failed:
+                    raise RuntimeError(f"{len(failed)} partitions refused, e.g. {failed[0].topic}-{failed[0].partition}: "
+                                       f"{failed[0].error.str()}")
+                done[gid] = offsets
+            except Exception as exc:  # noqa: BLE001 - logged; retried when the group's offsets change again
+                now = time.monotonic()
+                if now - self._warned.get(gid, float("-inf")) >= 60:
+                    self._warned[gid] = now
+                    log.warning("cannot mirror the offsets of group %s to the upstream: %s", gid,
+                                exc.args[0].str() if isinstance(exc, ck.KafkaException) else exc)
+        return done
