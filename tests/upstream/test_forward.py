@@ -207,3 +207,19 @@ def test_committed_offsets_are_mirrored_into_the_upstreams_group_offsets(tmp_pat
             time.sleep(0.3)
     finally:
         assert proxy.stop() == 0
+
+
+def test_a_produce_frame_cut_short_closes_the_connection_and_the_proxy_serves_on(tmp_path, upstream):
+    proxy = ServerProcess(tmp_path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
+                          "upstream.groups.topic=__cohort_groups_bad", log_path=str(tmp_path / "proxy.log")).start()
+    try:
+        bad = produce_frame(9, -1, "a-transactional-id")[:14]  # the header, then not even acks
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            sock.sendall(struct.pack(">i", len(bad)) + bad)
+            assert sock.recv(100) == b""  # closed, no answer
+        versions = build(load_request_schema(18, 3), client_software_name="t", client_software_version="1")
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            (answer,) = _ask(sock, [encode_request(18, 3, 9, "t", versions)])
+        assert decode_response(18, 3, answer)[1].error_code == 0
+    finally:
+        assert proxy.stop() == 0

@@ -28,13 +28,16 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
-from cohort.config import ConfigError, upstream_client_settings
 from kio.schema.errors import ErrorCode
 
-from cohort.protocol.codec import (MalformedResponse, decode_request, decode_response, encode_request, encode_response,
-                                   peek_header)
+from cohort.config import ConfigError, upstream_client_settings
+
+from cohort.protocol.codec import (MalformedRequest, MalformedResponse, UnsupportedApi, decode_request,
+                                   decode_response, encode_request, encode_response, peek_header)
+from cohort.protocol.tagged import Truncated
 from cohort.protocol.entities import build, has_field, nested
 from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unprefixed
 from cohort.server.listeners import Listener
@@ -186,7 +189,16 @@ class UpstreamProxy:
             routes.close()
 
     def route(self, frame: bytes, ctx: "RequestContext") -> tuple | None:
-        """The queue item answering ``frame``, or None when cohort answers it itself."""
+        """The queue item answering ``frame``, or None when cohort answers it itself. A frame
+        that cannot be read is MalformedRequest (the server closes the connection)."""
+        try:
+            return self._route(frame, ctx)
+        except MalformedRequest:
+            raise
+        except (UnsupportedApi, Truncated, struct.error, IndexError) as exc:
+            raise MalformedRequest(f"cannot route the request: {exc}") from None
+
+    def _route(self, frame: bytes, ctx: "RequestContext") -> tuple | None:
         api_key, version, correlation_id = peek_header(frame)
         node = self.listener_nodes.get(ctx.listener.name)  # None: cohort's own (coordinator) port
         if api_key in LOCAL_APIS:
