@@ -104,6 +104,6 @@ class UpstreamShardedMachine(ShardedMachine):
 
 def test_the_sharded_machine_replays_from_the_upstream(upstream):
     UpstreamShardedMachine.bootstrap = upstream.bootstrap
-    UpstreamShardedMachine.TestCase.settings = settings(max_examples=6, stateful_step_count=20, deadline=None)
+    UpstreamShardedMachine.TestCase.settings = settings(max_examples=4, stateful_step_count=16, deadline=None)
     UpstreamShardedMachine.TestCase().runTest()
     assert UpstreamShardedMachine.owner_changes > 0
