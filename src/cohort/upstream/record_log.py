@@ -234,7 +234,7 @@ class UpstreamRecordLog:
             producer.flush(self._timeout)
             if errors or len(offsets) != len(records):
                 raise UpstreamLogError(f"records not written: {_describe(errors[0]) if errors else 'no delivery report'}")
-            producer.commit_transaction(self._timeout)
+            self._commit_transaction()
         except ck.KafkaException as exc:
             err = exc.args[0]
             if err.fatal():  # fenced: another instance owns the shard now
@@ -261,6 +261,21 @@ class UpstreamRecordLog:
                 f"another writer reached {self.topic}-{self.partition}; the shard must be loaded again")
             raise self.failed
         self._next_upstream = last + 2  # the commit marker takes the next offset
+
+    def _commit_transaction(self) -> None:
+        """EndTxn(commit); a retriable failure (a timeout) leaves the outcome in doubt, so the
+        commit is retried as librdkafka asks, never aborted, until it succeeds or fails for good."""
+        import confluent_kafka as ck
+
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                self._producer.commit_transaction(max(deadline - time.monotonic(), 1.0))
+                return
+            except ck.KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or err.fatal() or err.txn_requires_abort() or time.monotonic() >= deadline:
+                    raise
 
     def _abort(self) -> None:
         """Abort the failed transaction; a producer that cannot (fenced, fatal) makes the log unusable."""
