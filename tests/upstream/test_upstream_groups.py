@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import time
 
 import confluent_kafka as ck
@@ -19,6 +20,7 @@ from cohort.server.testing import ServerProcess
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 400
+LOCAL = "local-orders"  # a topic only the broker keeping its data local has
 GROUPS_TOPIC = "__cohort_groups_e2e"  # the cohort upstream is shared by the package's tests: a topic of its own
 FAST = ("group.consumer.heartbeat.interval.ms=300", "group.consumer.min.heartbeat.interval.ms=100",
         "group.consumer.session.timeout.ms=6000", "group.consumer.min.session.timeout.ms=1000",
@@ -32,7 +34,7 @@ def instance(path, upstream, *extra) -> ServerProcess:
                          log_path=str(path / "server.log")).start()
 
 
-def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2) -> set[bytes]:
+def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2, topic: str = TOPIC) -> set[bytes]:
     """``members`` consumers of one group read every record, committing each one."""
     conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
             "enable.auto.commit": False, "auto.offset.reset": "earliest"}
@@ -40,7 +42,7 @@ def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2) -> 
         conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
     consumers = [ck.Consumer(conf) for _ in range(members)]
     for c in consumers:
-        c.subscribe([TOPIC])
+        c.subscribe([topic])
     seen: set[bytes] = set()
     deadline = time.monotonic() + 60
     try:
@@ -57,11 +59,11 @@ def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2) -> 
     return seen
 
 
-def committed(bootstrap: str, group: str) -> dict[int, int]:
+def committed(bootstrap: str, group: str, topic: str = TOPIC) -> dict[int, int]:
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         return {tp.partition: tp.offset for tp in c.committed(
-            [ck.TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}
+            [ck.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)}
     finally:
         c.close()
 
@@ -143,13 +145,13 @@ def test_without_forwarding_only_the_groups_records_go_upstream(tmp_path, upstre
                  "upstream.groups.topic=__cohort_groups_local")
     try:
         admin = AdminClient({"bootstrap.servers": a.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(20)
-        assert TOPIC not in AdminClient({"bootstrap.servers": upstream.bootstrap}).list_topics(timeout=20).topics
+        admin.create_topics([NewTopic(LOCAL, PARTITIONS)])[LOCAL].result(20)
+        assert LOCAL not in AdminClient({"bootstrap.servers": upstream.bootstrap}).list_topics(timeout=20).topics
         p = ck.Producer({"bootstrap.servers": a.bootstrap})
         for i in range(RECORDS):
-            p.produce(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+            p.produce(LOCAL, b"r%d" % i, partition=i % PARTITIONS)
         assert p.flush(20) == 0
-        assert len(consume_all(a.bootstrap, "local", "consumer", members=1)) == RECORDS
+        assert len(consume_all(a.bootstrap, "local", "consumer", members=1, topic=LOCAL)) == RECORDS
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait()
         a.stop()
@@ -158,7 +160,64 @@ def test_without_forwarding_only_the_groups_records_go_upstream(tmp_path, upstre
                 shutil.rmtree(os.path.join(a.data_dir, name))
         a = instance(tmp_path / "a", upstream, "upstream.forward=false", "upstream.cluster.name=local-data",
                      "upstream.groups.topic=__cohort_groups_local")
-        assert committed(a.bootstrap, "local") == {q: RECORDS // PARTITIONS for q in range(PARTITIONS)}
+        assert committed(a.bootstrap, "local", LOCAL) == {q: RECORDS // PARTITIONS for q in range(PARTITIONS)}
         assert upstream_records(upstream, "__cohort_groups_local") > RECORDS
     finally:
         assert a.stop() == 0
+
+
+def _commit(bootstrap: str, group: str, offset: int, deadline_s: float = 40) -> None:
+    """An admin-style commit of ``offset`` on partition 0, retried while the coordinator cannot take it."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    deadline = time.monotonic() + deadline_s
+    try:
+        while True:
+            try:
+                c.commit(offsets=[ck.TopicPartition(TOPIC, 0, offset)], asynchronous=False)
+                return
+            except ck.KafkaException as exc:
+                assert time.monotonic() < deadline, f"commit of {offset} still failing: {exc}"
+                time.sleep(0.3)
+    finally:
+        c.close()
+
+
+def test_groups_ride_out_an_upstream_outage_and_a_shard_whose_log_failed_is_loaded_again(tmp_path):
+    """The upstream goes away: commits fail meanwhile (nothing acknowledged is lost) and work
+    again once it is back. Then a foreign record lands in a shard's partition: the shard's next
+    append finds its records where it did not expect them, the shard stops being served and is
+    loaded again from the upstream (the foreign record skipped), with every acknowledged offset."""
+    from cohort.coordinator import partition_for
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "up").mkdir()
+    up = ServerProcess(tmp_path / "up" / "data", log_path=str(tmp_path / "up" / "server.log"),
+                       args=("--port", str(port))).start()
+    a = instance(tmp_path / "a", up, "upstream.forward=false", "upstream.request.timeout.ms=3000")
+    try:
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1)])[TOPIC].result(20)
+        _commit(a.bootstrap, "survivor", 5)
+        assert up.stop() == 0  # the upstream goes away
+        c = ck.Consumer({"bootstrap.servers": a.bootstrap, "group.id": "survivor"})
+        with pytest.raises(ck.KafkaException):
+            c.commit(offsets=[ck.TopicPartition(TOPIC, 0, 6)], asynchronous=False)
+        c.close()
+        up = ServerProcess(tmp_path / "up" / "data", log_path=str(tmp_path / "up" / "server.log"),
+                           args=("--port", str(port))).start()  # back, with what it had
+        _commit(a.bootstrap, "survivor", 7)
+        assert committed(a.bootstrap, "survivor")[0] == 7
+
+        intruder = ck.Producer({"bootstrap.servers": up.bootstrap})
+        intruder.produce(GROUPS_TOPIC, b"not a coordinator record", b"x", partition=partition_for("survivor", 2))
+        assert intruder.flush(20) == 0
+        _commit(a.bootstrap, "survivor", 9)  # fails once (the shard reloads), then lands
+        assert committed(a.bootstrap, "survivor")[0] == 9
+        with open(tmp_path / "a" / "server.log") as f:
+            text = f.read()
+        assert "another writer reached" in text and "loaded again after its log failed" in text
+    finally:
+        assert a.stop() == 0
+        up.stop()

@@ -241,12 +241,9 @@ class GroupCoordinator:
             logs = upstream.group_logs(self.upstream, server.config["upstream.groups.topic"],
                                        server.config["upstream.cluster.name"], len(logs),
                                        server.config["upstream.request.timeout.ms"] / 1000)
+        self._assignors = assignors
         for p, clog in enumerate(logs):
-            if self.snapshots is None:
-                shard = GroupCoordinatorShard(self.config, assignors=assignors)
-                shard.update_log_offsets(BrokerLogOffsets(self.topic_source))
-            else:
-                shard = GroupCoordinatorShard(self.config, lag_provider=self.snapshots, assignors=assignors)
+            shard = self._new_shard()
             self.runtimes.append(CoordinatorRuntime(
                 f"{OFFSETS_TOPIC}-{p}", shard, clog, encode=encode, decode=decode,
                 offload=lambda fn, *args: server.offload(fn, *args),  # looked up per call (tests wrap it)
@@ -254,8 +251,9 @@ class GroupCoordinator:
                 prepare=lambda p=p: self._refresh_metadata(p),
                 on_records=self._observe, on_revert=self.changes.everything,
                 needs_offload=lambda req, p=p: self._needs_offload(p, req),
-                heavy_expiry=shard.lag_evaluation_due, before_expiry=self._refresh_snapshot,
-                timer_period=self._snapshot_period))
+                heavy_expiry=lambda now, p=p: self.runtimes[p].shard.lag_evaluation_due(now),
+                before_expiry=self._refresh_snapshot, timer_period=self._snapshot_period,
+                on_lost=lambda reason, fenced, p=p: self._lost(p, fenced)))
         self.shards = [r.shard for r in self.runtimes]
         self._index = {id(r): p for p, r in enumerate(self.runtimes)}  # runtime -> its partition
         self._placed: dict[str, CoordinatorRuntime] = {}  # group id -> its shard's runtime (a cache)
@@ -263,6 +261,37 @@ class GroupCoordinator:
         self._image: tuple[int, MetadataImage] | None = None  # (broker topic version, image) last built
         self._hb = {}  # version -> HeartbeatEncoder
         self.names = wire.TopicNames(self.topic_source.topic_by_id, self.topic_source.topics.get)
+
+    def _new_shard(self) -> GroupCoordinatorShard:
+        if self.snapshots is None:
+            shard = GroupCoordinatorShard(self.config, assignors=self._assignors)
+            shard.update_log_offsets(BrokerLogOffsets(self.topic_source))
+            return shard
+        return GroupCoordinatorShard(self.config, lag_provider=self.snapshots, assignors=self._assignors)
+
+    def _lost(self, p: int, fenced: bool) -> None:
+        """A shard stopped being served. Taken over (fenced): it stays with its new owner. Lost
+        to a failure of its log (an upstream outage, a foreign write): loaded again, fresh, once
+        the log can be read, as Kafka reloads a failed shard."""
+        if not fenced:
+            self.server.spawn(self._reload(p))
+
+    async def _reload(self, p: int) -> None:
+        runtime = self.runtimes[p]
+        while True:
+            await asyncio.sleep(UPSTREAM_RETRY_S)
+            runtime.reset(self._new_shard())
+            self.shards[p] = runtime.shard
+            self._stale.add(p)
+            try:
+                await runtime.load()
+            except OSError as exc:
+                log.error("%s: cannot load again: %s; retrying in %d s", runtime.name, exc, UPSTREAM_RETRY_S)
+                continue
+            log.info("%s: loaded again after its log failed", runtime.name)
+            self.changes.everything()
+            self.server.spawn(runtime.timer_loop())
+            return
 
     # --- placement ---------------------------------------------------------------------------
 

@@ -69,8 +69,9 @@ class RecordLog(Protocol):
         """Before the replay: take ownership of the log (an upstream log fences its previous
         owner here). Raises OSError if it cannot."""
 
-    def on_lost(self, callback: Callable[[str], None]) -> None:
-        """``callback(reason)`` runs if another owner took the log over: stop serving the shard."""
+    def on_lost(self, callback: Callable[[str, bool], None]) -> None:
+        """``callback(reason, fenced)`` runs if the log can no longer be appended to: another
+        owner took it over (fenced), or it failed in a way only a fresh load repairs."""
 
 
 def now_ms() -> int:
@@ -165,6 +166,7 @@ class CoordinatorRuntime:
         heavy_expiry: Callable[[int], bool] = lambda now: False,
         before_expiry: Callable[[int], Awaitable[None]] | None = None,
         timer_period: Callable[[], float | None] = lambda: None,
+        on_lost: Callable[[str, bool], None] = lambda reason, fenced: None,
     ) -> None:
         self.name = name
         self.shard = shard
@@ -174,6 +176,7 @@ class CoordinatorRuntime:
         self._prepare_hook, self._on_records, self._on_revert = prepare, on_records, on_revert
         self._needs_offload, self._heavy_expiry = needs_offload, heavy_expiry
         self._before_expiry, self._timer_period = before_expiry, timer_period
+        self._on_lost = on_lost
         self.loaded = False
         self.lock = asyncio.Lock()  # held while the shard is used across an await
         self._inflight: collections.deque[_Append] = collections.deque()
@@ -207,11 +210,23 @@ class CoordinatorRuntime:
             self.loaded = True
         return count, skipped
 
-    def _lost(self, reason: str) -> None:
+    def _lost(self, reason: str, fenced: bool = True) -> None:
         log.error("%s: no longer served from here: %s", self.name, reason)
         self.lost = True
         self.unload()
         self._wake.set()  # the timer task ends
+        self._on_lost(reason, fenced)
+
+    def reset(self, shard: Any) -> None:
+        """A fresh shard for a runtime that lost its own (its log failed): `load` it next."""
+        if self.loaded:
+            raise RuntimeError(f"{self.name} is loaded")
+        self.shard = shard
+        self.lost = False
+        self._inflight.clear()
+        self._tail = None
+        self._parked.clear()
+        self._sleep_until = None
 
     def unload(self) -> None:
         """Shutdown: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded)."""

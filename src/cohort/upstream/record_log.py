@@ -61,6 +61,8 @@ class UpstreamRecordLog:
         self._loaded: list[tuple[bytes | None, bytes | None]] = []
         self._listeners: list = []
         self._loss_listeners: list = []
+        self._loss_told = False
+        self.fenced = False  # another owner took the shard over
         self._end = 0  # records appended (durable or in flight)
         self.high_watermark = 0  # records known durable
         self._next_upstream: int | None = None  # where this owner's next record must land
@@ -80,14 +82,22 @@ class UpstreamRecordLog:
         self._listeners.append(callback)
 
     def on_lost(self, callback) -> None:
-        """``callback(reason)`` runs once if this owner is fenced or another writer reached the
-        partition: the shard must no longer be served from here."""
+        """``callback(reason, fenced)`` runs once per failure when the log becomes unusable: this
+        owner was fenced (another owns the shard now), another writer reached the partition, or
+        a failed transaction could not even be aborted. The shard must not be served from here
+        until it is opened and loaded again (never, when fenced)."""
         self._loss_listeners.append(callback)
 
     async def open(self) -> None:
         """Fence the shard's previous owner, then read every committed record. The whole log is
         read before the replay starts, so an upstream that fails half way leaves nothing half
-        replayed (the owner retries the load from scratch)."""
+        replayed (the owner retries the load from scratch). Opening again after a failure starts
+        over: a new producer epoch, the partition read anew."""
+        if self._flushing is not None:
+            await asyncio.shield(self._flushing)
+        self.failed, self.fenced, self._loss_told = None, False, False
+        self._next_upstream = None
+        self._end = self.high_watermark = 0
         self._loaded = await self._run(self._fence_and_read)
 
     async def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None, Any]]:
@@ -159,10 +169,10 @@ class UpstreamRecordLog:
         for _, fut, _ in lost:
             if not fut.done():
                 fut.set_exception(exc)
-        if self.failed is not None:
-            listeners, self._loss_listeners = self._loss_listeners, []
-            for cb in listeners:
-                cb(str(self.failed))
+        if self.failed is not None and not self._loss_told:
+            self._loss_told = True
+            for cb in self._loss_listeners:
+                cb(str(self.failed), self.fenced)
 
     # --- the upstream client's thread --------------------------------------------------------
 
@@ -238,7 +248,7 @@ class UpstreamRecordLog:
         except ck.KafkaException as exc:
             err = exc.args[0]
             if err.fatal():  # fenced: another instance owns the shard now
-                self.failed = UpstreamLogError(f"fenced: {_describe(err)}")
+                self.failed, self.fenced = UpstreamLogError(f"fenced: {_describe(err)}"), True
                 raise self.failed from None
             self._abort()
             raise self.failed or UpstreamLogError(_describe(err)) from None
@@ -285,6 +295,7 @@ class UpstreamRecordLog:
             self._producer.abort_transaction(self._timeout)
         except ck.KafkaException as exc:
             err = exc.args[0]
+            self.fenced = err.fatal()
             self.failed = UpstreamLogError(f"{'fenced' if err.fatal() else 'cannot abort a failed append'}: "
                                            f"{_describe(err)}")
         # An aborted transaction's marker takes an upstream offset this owner cannot know for sure.
