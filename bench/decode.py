@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from cohort.protocol.codec import _skip_header  # noqa: E402
+from cohort.protocol.codec import skip_request_header  # noqa: E402
 from cohort.protocol.records import build_batch  # noqa: E402
 from cohort.protocol.versions import default_table  # noqa: E402
 from cohort.server.fuzzing import load_corpus  # noqa: E402
@@ -61,7 +61,7 @@ def main() -> None:
     for name, frame in frames.items():
         api_key, version = struct.unpack_from(">hh", frame, 0)
         codec = table.codec(api_key, version)
-        _, pos = _skip_header(frame, codec.request_header_flexible)
+        _, pos = skip_request_header(frame, codec.request_header_flexible)
         end = len(frame)
         read, check = codec.read_request, codec.check_request
         n = args.iterations if len(frame) < 100_000 else max(args.iterations // 100, 50)

@@ -75,8 +75,9 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return _HEAD.unpack_from(frame, 0)
 
 
-def _skip_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
-    """Parse client_id (always a legacy nullable string) and, for header v2, skip its tags."""
+def skip_request_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
+    """Parse client_id (always a legacy nullable string) and, for header v2, skip its tags:
+    (client_id, where the body starts)."""
     if len(frame) < 10:
         raise MalformedRequest("request header truncated")
     (n,) = struct.unpack_from(">h", frame, 8)
@@ -116,7 +117,7 @@ def decode_request(frame: bytes, table: VersionTable) -> DecodedRequest:
     codec = table.get(api_key, version)
     if codec is None:
         raise UnsupportedApi(api_key, version, correlation_id)
-    client_id, pos = _skip_header(frame, codec.request_header_flexible)
+    client_id, pos = skip_request_header(frame, codec.request_header_flexible)
     end = len(frame)
     small = end - pos <= CHECKED_BODY_MAX
     if not small or frame[pos:] not in codec.checked:

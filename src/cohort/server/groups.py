@@ -278,20 +278,14 @@ class GroupCoordinator:
 
     async def _reload(self, p: int) -> None:
         runtime = self.runtimes[p]
-        while True:
-            await asyncio.sleep(UPSTREAM_RETRY_S)
-            runtime.reset(self._new_shard())
-            self.shards[p] = runtime.shard
-            self._stale.add(p)
-            try:
-                await runtime.load()
-            except OSError as exc:
-                log.error("%s: cannot load again: %s; retrying in %d s", runtime.name, exc, UPSTREAM_RETRY_S)
-                continue
-            log.info("%s: loaded again after its log failed", runtime.name)
-            self.changes.everything()
-            self.server.spawn(runtime.timer_loop())
-            return
+        await asyncio.sleep(UPSTREAM_RETRY_S)
+        runtime.reset(self._new_shard())  # a failed load replays nothing, so one fresh shard does
+        self.shards[p] = runtime.shard
+        self._stale.add(p)
+        await self._load_retrying(runtime)
+        log.info("%s: loaded again after its log failed", runtime.name)
+        self.changes.everything()
+        self.server.spawn(runtime.timer_loop())
 
     # --- placement ---------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from cohort.config import ConfigError, upstream_client_settings
 from cohort.protocol.codec import (MalformedRequest, MalformedResponse, UnsupportedApi, decode_request,
                                    decode_response, encode_request, encode_response, peek_header)
 from cohort.protocol.tagged import Truncated
+from cohort.protocol.versions import SUPPORTED
 from cohort.protocol.entities import build, has_field, nested
 from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unprefixed
 from cohort.server.listeners import Listener
@@ -98,6 +99,7 @@ class UpstreamProxy:
         self.listener_nodes: dict[str, int] = {}  # listener name -> upstream node id
         self.upstream_versions: dict[int, tuple[int, int]] = {}
         self.ready = asyncio.Event()
+        self._collision_logged = False
         self.cluster_timeout_s = config["upstream.request.timeout.ms"] / 1000
         self._wanted = asyncio.Event()  # a refresh is wanted before the period is over
         self._started = self._completed = 0  # refreshes begun and finished
@@ -123,8 +125,10 @@ class UpstreamProxy:
                 self.cluster.apply(brokers, topics, offsets)
                 for node_id in sorted(brokers.nodes):
                     if node_id == self.coordinator_id:
-                        log.error("upstream node id %d is cohort's upstream.coordinator.node.id: set it to another "
-                                  "value", node_id)
+                        if not self._collision_logged:
+                            self._collision_logged = True
+                            log.error("upstream node id %d is cohort's upstream.coordinator.node.id: set it to "
+                                      "another value", node_id)
                     elif node_id not in self.node_ports:
                         await self._open_port(node_id)
                 if not self.upstream_versions:
@@ -220,15 +224,14 @@ class UpstreamProxy:
             if api_key == FIND_COORDINATOR and getattr(request.body, "key_type", GROUP_KEY) == GROUP_KEY:
                 return None
         if api_key == PRODUCE and produce_acks(frame, version) == 0:
-            asyncio.ensure_future(self._forward(ctx, node, frame, None, expect_answer=False))
+            asyncio.ensure_future(self._forward(ctx, node, api_key, frame, None, expect_answer=False))
             return correlation_id, None, NO_RESPONSE
-        return correlation_id, None, asyncio.ensure_future(self._forward(ctx, node, frame, request))
+        return correlation_id, None, asyncio.ensure_future(self._forward(ctx, node, api_key, frame, request))
 
-    async def _forward(self, ctx: "RequestContext", node: int | None, frame: bytes, request: Any,
+    async def _forward(self, ctx: "RequestContext", node: int | None, api_key: int, frame: bytes, request: Any,
                        expect_answer: bool = True) -> Any:
         if not self.ready.is_set():
             await self.ready.wait()
-        api_key = peek_header(frame)[0]
         nodes = self.cluster.brokers.nodes
         target = node if node is not None else min(nodes)
         address = nodes.get(target)
@@ -285,8 +288,6 @@ class UpstreamProxy:
         answer = self._local_api_versions(ctx, req)
         local = {k.api_key: k for k in answer.api_keys}
         entry = nested(req.codec.response_type, "api_keys")
-        from cohort.protocol.versions import SUPPORTED
-
         keys = []
         for api_key in sorted(set(local) | set(self.upstream_versions)):
             if api_key in LOCAL_APIS:

@@ -18,6 +18,7 @@ import collections
 import socket
 import struct
 
+from cohort.protocol.codec import skip_request_header
 from cohort.protocol.tagged import read_uvarint
 
 PRODUCE = 0
@@ -102,16 +103,10 @@ class BrokerConnection:
 
 
 def produce_acks(frame: bytes, version: int) -> int:
-    """The ``acks`` of a Produce request frame (without size prefix)."""
+    """The ``acks`` of a Produce request frame (without size prefix), read past the header and
+    ``transactional_id`` without decoding the rest."""
     flexible = version >= 9
-    (n,) = struct.unpack_from(">h", frame, 8)  # client_id
-    pos = 10 + max(n, 0)
-    if flexible:  # header tags
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
+    _, pos = skip_request_header(frame, flexible)
     if version >= 3:  # transactional_id
         if flexible:
             length, pos = read_uvarint(frame, pos)
