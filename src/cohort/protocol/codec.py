@@ -20,6 +20,8 @@ from cohort.protocol.versions import API_VERSIONS_KEY, ApiCodec, VersionTable
 
 _HEAD = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
+_RESPONSE_HEAD = bytes(8)  # size, correlation id (filled in)
+_FLEXIBLE_RESPONSE_HEAD = bytes(9)  # ... and an empty tag section
 UNSUPPORTED_VERSION = 35
 
 
@@ -156,16 +158,11 @@ def decode_request(frame: bytes, table: VersionTable) -> DecodedRequest:
 
 def encode_response(correlation_id: int, codec: ApiCodec, response: Any) -> bytes:
     """Size-prefixed response frame: header v0 or v1 (as the API/version demands) + body."""
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    buf.write(_SIZE.pack(correlation_id))
-    if codec.response_header_flexible:
-        buf.write(b"\0")
+    buf = bytearray(_FLEXIBLE_RESPONSE_HEAD if codec.response_header_flexible else _RESPONSE_HEAD)
+    _SIZE.pack_into(buf, 4, correlation_id)
     codec.write_response(buf, response)
-    out = buf.getbuffer()
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    del out
-    return buf.getvalue()
+    _SIZE.pack_into(buf, 0, len(buf) - 4)
+    return bytes(buf)
 
 
 def api_versions_fallback(correlation_id: int, ranges: dict[int, tuple[int, int]]) -> bytes:

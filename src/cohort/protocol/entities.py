@@ -34,6 +34,8 @@ def field_names(cls: type) -> frozenset[str]:
 def build(cls: type, **kw: Any) -> Any:
     """Instantiate ``cls`` with the arguments it has fields for; the rest are ignored."""
     names = field_names(cls)
+    if kw.keys() <= names:  # every argument is a field (the newest versions): no filtering
+        return cls(**kw)
     return cls(**{k: v for k, v in kw.items() if k in names})
 
 
@@ -49,6 +51,14 @@ def nested(cls: type, name: str) -> type:
             tp = next(a for a in typing.get_args(tp) if a is not NoneType)
         else:
             return tp
+
+
+_ERROR_CODES = {int(e): e for e in ErrorCode}
+
+
+def error_code(code: int) -> ErrorCode:
+    """kio's ErrorCode for a code (a dict lookup: calling the enum costs a microsecond)."""
+    return _ERROR_CODES[code]
 
 
 def has_field(cls: type, name: str) -> bool:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from cohort.protocol.bounds import body_checker
+from cohort.protocol.writers import entity_writer as response_writer
 
 # api_key -> (name, min_version, max_version) that cohort can decode and answer.
 SUPPORTED: dict[int, tuple[str, int, int]] = {
@@ -81,7 +82,7 @@ class ApiCodec:
     checked: dict[bytes, None]
     request_header_flexible: bool
     response_type: type
-    write_response: Callable[[Any, Any], None]
+    write_response: Callable[[bytearray, Any], None]  # appends the body (cohort.protocol.writers)
     response_header_flexible: bool
 
 
@@ -97,7 +98,7 @@ def _build(api_key: int, version: int) -> ApiCodec:
         checked={},
         request_header_flexible=req.__header_schema__.__version__ >= 2,
         response_type=resp,
-        write_response=entity_writer(resp),
+        write_response=response_writer(resp),
         # ApiVersions responses always use header v0 (kio encodes this in the schema).
         response_header_flexible=resp.__header_schema__.__version__ >= 1,
     )

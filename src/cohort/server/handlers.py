@@ -17,7 +17,7 @@ from cohort.broker import BrokerError
 from cohort.broker import broker as codes
 from cohort.broker.topics import topic_name_error
 from cohort.protocol import DecodedRequest
-from cohort.protocol.entities import build, has_field, nested
+from cohort.protocol.entities import build, error_code, has_field, nested
 from cohort.protocol.operations import CLUSTER_OPS, NOT_REQUESTED, TOPIC_OPS
 from cohort.security import acls
 from cohort.security.acls import CLUSTER, CLUSTER_NAME, TOPIC
@@ -219,7 +219,7 @@ def produce(ctx: "RequestContext", req: DecodedRequest) -> Any:
                                    transactional_id=body.transactional_id)
                 error, base, start, msg = r.error, r.base_offset, r.log_start_offset, r.message
                 append_time, record_errors = r.log_append_time, r.record_errors
-            parts.append(build(part_cls, index=p.index, error_code=E(error), base_offset=base,
+            parts.append(build(part_cls, index=p.index, error_code=error_code(error), base_offset=base,
                                log_append_time=_millis(append_time), log_start_offset=start,
                                record_errors=tuple(build(error_cls, batch_index=i, batch_index_error_message=m)
                                                    for i, m in record_errors),

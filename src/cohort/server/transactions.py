@@ -29,7 +29,7 @@ from cohort.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from cohort.coordinator import partition_for
 from cohort.coordinator import requests as rq
 from cohort.protocol import DecodedRequest
-from cohort.protocol.entities import build, nested
+from cohort.protocol.entities import build, error_code, nested
 from cohort.security import acls
 from cohort.server import handlers
 from cohort.server.runtime import CoordinatorRuntime, Failed, now_ms
@@ -207,11 +207,11 @@ class TransactionCoordinator:
             error = r.error
             if error == tc.PRODUCER_FENCED and req.version < 4:
                 error = tc.INVALID_PRODUCER_EPOCH
-            return build(resp, throttle_time=ZERO, error_code=E(error), producer_id=r.producer_id,
+            return build(resp, throttle_time=ZERO, error_code=error_code(error), producer_id=r.producer_id,
                          producer_epoch=r.producer_epoch)
 
         def fail(code: int, _: str) -> Any:
-            return build(resp, throttle_time=ZERO, error_code=E(code), producer_id=-1, producer_epoch=-1)
+            return build(resp, throttle_time=ZERO, error_code=error_code(code), producer_id=-1, producer_epoch=-1)
 
         pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
         if (pid == -1) != (epoch == -1):
@@ -239,7 +239,7 @@ class TransactionCoordinator:
                 if code == tc.TRANSACTION_ABORTABLE and version < 5:
                     code = tc.INVALID_TXN_STATE
                 by_topic.setdefault(topic, []).append(build(part_cls, partition_index=partition,
-                                                            partition_error_code=E(code)))
+                                                            partition_error_code=error_code(code)))
             return tuple(build(topic_cls, name=t, results_by_partition=tuple(ps)) for t, ps in by_topic.items())
 
         if req.version < 4:
@@ -488,7 +488,7 @@ def _error_reply(req: DecodedRequest) -> Any:
     def reply(code: int) -> Any:
         if code == tc.PRODUCER_FENCED and req.version < 2:
             code = tc.INVALID_PRODUCER_EPOCH
-        return build(req.codec.response_type, throttle_time=ZERO, error_code=E(code))
+        return build(req.codec.response_type, throttle_time=ZERO, error_code=error_code(code))
 
     return reply
 
