@@ -129,6 +129,29 @@ def test_group_commit_shares_fsyncs_and_linger_batches_more(tmp_path):
     b.close()
 
 
+def test_appends_before_an_fsync_are_written_as_one_batch_in_order_around_a_transactional_one(tmp_path):
+    from cohort.protocol.records import TxnBatch, iter_batches
+
+    b = make(tmp_path)
+    clog = b.coordinator_log
+
+    async def scenario():
+        first = [clog.append_records([(b"a%d" % i, b"v")]) for i in range(5)]  # one tick: nothing written yet
+        assert clog.end_offset == 5 and clog.log.end_offset == 0
+        txn = clog.append_records([(b"t", b"v")], TxnBatch(7, 0))  # writes the five first, then itself
+        assert clog.log.end_offset == 6
+        last = [clog.append_records([(b"b%d" % i, b"v"), (b"c%d" % i, b"v")]) for i in range(3)]
+        return await asyncio.gather(*first, txn, *last)
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 3, 4, 5, 7, 9, 11]
+    data = clog.log.read(0, 1 << 20)
+    layout = [(h.base_offset, h.last_offset, h.producer_id) for _, h in iter_batches(data)]
+    assert layout == [(0, 4, -1), (5, 5, 7), (6, 11, -1)]
+    keys = [k for _, k, _ in clog.read_all()]
+    assert keys == [b"a0", b"a1", b"a2", b"a3", b"a4", b"t", b"b0", b"c0", b"b1", b"c1", b"b2", b"c2"]
+    b.close()
+
+
 @pytest.fixture
 def disk(monkeypatch):
     faulty = fileio.FaultyIO()
@@ -162,10 +185,12 @@ def test_coordinator_log_append_on_full_disk_fails_cleanly_and_recovers(tmp_path
     async def scenario():
         assert await clog.append_records([(b"a", b"1")]) == 0
         disk.space = 5
+        fut = clog.append_records([(b"b", b"2")])  # written behind, just before its fsync ...
+        assert clog.end_offset == 2
         with pytest.raises(OSError) as exc:
-            clog.append_records([(b"b", b"2")])
-        assert exc.value.errno == errno.ENOSPC
-        assert clog.log.end_offset == clog.high_watermark == 1
+            await fut
+        assert exc.value.errno == errno.ENOSPC  # ... where the disk refuses it
+        assert clog.end_offset == clog.log.end_offset == clog.high_watermark == 1
         disk.space = None
         disk.fail_fsync = True  # now the write works but its fsync fails ...
         fut = clog.append_records([(b"c", b"3")])

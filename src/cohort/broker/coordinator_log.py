@@ -1,16 +1,20 @@
 """A group coordinator shard's durable record log: one partition of ``__consumer_offsets``
 (the local implementation of `cohort.server.runtime.RecordLog`).
 
-``append_records`` writes a batch at once (so offsets follow call order and the in-memory state
-the coordinator already replayed matches the log) and returns a future that resolves with the
-batch's last offset once an fsync covers it. fsyncs run in a worker thread; appends that arrive
-while one is running are covered together by the next (group commit), so concurrent callers
-share fsyncs. With ``linger_ms`` the flusher first waits that long, so even more share one
-fsync (Kafka's append linger). Fetch sees only fsynced data: ``high_watermark`` is the durable end.
+``append_records`` gives the records their offsets at once (offsets follow call order, so the
+in-memory state the coordinator already replayed matches the log) and returns a future that
+resolves with the last one once an fsync covers it. Plain records are written behind: those of
+every append made before the next fsync go to the file as one batch just before it (one
+batch, one write, instead of one per append). fsyncs run in a worker thread; appends that
+arrive while one is running are covered together by the next (group commit), so concurrent
+callers share batches and fsyncs. With ``linger_ms`` the flusher first waits that long, so even
+more share one (Kafka's append linger). Fetch sees only fsynced data: ``high_watermark`` is the
+durable end. A transactional batch or marker is written at once, after the plain records
+before it.
 
-Storage faults: a write the disk refuses (ENOSPC, EIO) raises ``OSError`` from
-``append_records`` with the log unchanged; a failed fsync fails every waiting future and cuts
-the log back to the high watermark. Once space returns, appends work again.
+Storage faults: a write or fsync the disk refuses (ENOSPC, EIO) fails every waiting future and
+cuts the log back to the high watermark (a transactional append whose write fails raises
+``OSError`` at once instead, with the log unchanged). Once space returns, appends work again.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from cohort.protocol.records import CONTROL_FLAG, TRANSACTIONAL_FLAG, TxnBatch, 
 from cohort.stats import Histogram
 
 OFFSETS_TOPIC = "__consumer_offsets"
+_BATCH_RECORDS = 2000  # plain records written behind go out in batches of at most this many
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
@@ -77,6 +82,7 @@ class CoordinatorLog:
         self.linger_ms = linger_ms
         self.high_watermark = log.end_offset  # everything found on open survived recovery
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._pending: list[tuple[bytes, bytes | None]] = []  # plain records appended, not yet written
         self._flushing = False
         self._listeners: list = []
         self.failed: OSError | None = None
@@ -103,10 +109,11 @@ class CoordinatorLog:
         """Append (key, value) records as one batch (value None is a tombstone); with
         ``transaction``, a transactional batch of that producer, or its marker (a control batch).
 
-        Returns a future with the last offset, resolved after fsync. If the fsync fails, the
-        future fails with ``OSError`` and the log is cut back to the high watermark (so the
-        caller reverts its state to there). Raises ``OSError`` at once if the write itself
-        fails; nothing was appended then. Must be called on the event loop thread.
+        Returns a future with the last offset, resolved after fsync. If the write or the fsync
+        fails, the future fails with ``OSError`` and the log is cut back to the high watermark
+        (so the caller reverts its state to there). A transactional append raises ``OSError``
+        at once if its own write fails; nothing was appended then. Must be called on the event
+        loop thread.
         """
         if self.failed is not None:
             try:
@@ -117,25 +124,44 @@ class CoordinatorLog:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
         if not records:
-            fut.set_result(self.log.end_offset - 1)
+            fut.set_result(self.end_offset - 1)
             return fut
-        started = time.perf_counter()
-        marker = -1
         if transaction is None:
-            data = bytearray(build_batch(records, timestamp=int(time.time() * 1000)))
+            self._pending.extend(records)
+            last = self.end_offset - 1
         else:
-            marker = transaction.marker
+            try:
+                self._write_pending()
+            except OSError as exc:
+                self._fail_pending(exc)
+                raise
+            started = time.perf_counter()
             flags = TRANSACTIONAL_FLAG | (CONTROL_FLAG if transaction.marker >= 0 else 0)
             data = bytearray(build_batch(records, timestamp=int(time.time() * 1000), attributes=flags,
                                          producer_id=transaction.producer_id,
                                          producer_epoch=transaction.producer_epoch))
-        result = self.log.append(data, [read_header(data)], marker)
-        self.append_seconds.observe(time.perf_counter() - started)
-        self._waiters.append((result.last_offset, fut))
+            last = self.log.append(data, [read_header(data)], transaction.marker).last_offset
+            self.append_seconds.observe(time.perf_counter() - started)
+        self._waiters.append((last, fut))
         if not self._flushing:
             self._flushing = True
             loop.create_task(self._flush_loop())
         return fut
+
+    def _write_pending(self) -> None:
+        """Write the plain records appended since the last write, in batches of at most
+        _BATCH_RECORDS records. Raises ``OSError`` if the disk refuses (the caller then cuts
+        back whatever part was written)."""
+        pending = self._pending
+        if not pending:
+            return
+        started = time.perf_counter()
+        timestamp = int(time.time() * 1000)
+        for i in range(0, len(pending), _BATCH_RECORDS):
+            data = bytearray(build_batch(pending[i:i + _BATCH_RECORDS], timestamp=timestamp))
+            self.log.append(data, [read_header(data)])
+        pending.clear()
+        self.append_seconds.observe(time.perf_counter() - started)
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -143,6 +169,11 @@ class CoordinatorLog:
             while self._waiters:
                 if self.linger_ms:
                     await asyncio.sleep(self.linger_ms / 1000)
+                try:
+                    self._write_pending()
+                except OSError as exc:
+                    self._fail_pending(exc)
+                    return
                 target = self.log.end_offset
                 started = time.perf_counter()
                 try:
@@ -166,9 +197,10 @@ class CoordinatorLog:
             self._flushing = False
 
     def _fail_pending(self, exc: OSError) -> None:
-        """An fsync failed: nothing past the high watermark may survive (the coordinator reverts
-        its state to there), so cut the log back and fail every waiting append. If even that
-        fails, the log refuses further appends."""
+        """A write or fsync failed: nothing past the high watermark may survive (the coordinator
+        reverts its state to there), so drop the unwritten records, cut the log back and fail
+        every waiting append. If even that fails, the log refuses further appends."""
+        self._pending.clear()
         waiters, self._waiters = self._waiters, []
         try:
             self.log.truncate_to(self.high_watermark)
@@ -180,8 +212,9 @@ class CoordinatorLog:
 
     @property
     def end_offset(self) -> int:
-        """One past the last record written (a failed fsync cuts it back to the high watermark)."""
-        return self.log.end_offset
+        """One past the last record appended, written or not (a failed write or fsync cuts it
+        back to the high watermark)."""
+        return self.log.end_offset + len(self._pending)
 
     async def records(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None, TxnBatch | None]]:
         """(offset, key, value, transaction) of every record for the coordinator runtime's replay,
