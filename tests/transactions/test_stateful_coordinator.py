@@ -135,10 +135,13 @@ class TxnMachine(RuleBasedStateMachine):
         """The host: every decided transaction gets its markers, then CompleteTxn."""
         for job in self.shard.markers_due():
             before = self.shard.transactions[job.transactional_id].state
+            written = len(self.log)
             self._send(CompleteTxn(job.transactional_id, job.producer_id, job.producer_epoch))
-            after = self.shard.transactions[job.transactional_id].state
-            assert (before, after) in ((TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT),
-                                       (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT))
+            states = [value.state for key, value in self.log[written:] if key.transactional_id == job.transactional_id]
+            complete = TxnState.COMPLETE_COMMIT if before == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+            assert before in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            # The completion, then (when an AddPartitions was parked on it) the next transaction.
+            assert states in ([complete], [complete, TxnState.ONGOING]), states
 
     @rule(ms=st.integers(min_value=1, max_value=20_000))
     def tick(self, ms):
