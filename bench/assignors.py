@@ -14,10 +14,15 @@ evenly over the topics (as in JMH). Member ids are random UUID strings and topic
 * lag cases give every partition a random lag (the lag assignor reads them, others ignore them).
 
 Each timed run is a single `assign` call on a prebuilt spec (after one warm-up call and a full
-garbage collection outside the timing). The table shows the median and minimum wall-clock time
-over `--repeat` runs, the median CPU time of this process, the target where the project sets
-one (judged on the wall-clock median), and the load average: the machine is shared, and a busy
-neighbour inflates the wall-clock median long before it moves the CPU time or the minimum.
+garbage collection outside the timing); small groups time 200 calls a run and report one. The
+table shows the median and minimum wall-clock time over `--repeat` runs, the median CPU time of
+this process, the target where the project sets one (judged on the wall-clock median), and the
+load average: the machine is shared, and a busy neighbour inflates the wall-clock median long
+before it moves the CPU time or the minimum.
+
+`kafka ms` is Kafka's own assignor on the same shape as issue 24 measured it (compiled from
+Apache Kafka's sources, JMH, warm, CPU time, on the machine of that run), and `x kafka` this
+run's CPU time as a multiple of it: indicative, since the two were not timed side by side.
 
     python bench/assignors.py                       # every case
     python bench/assignors.py --assignor uniform    # one assignor
@@ -52,6 +57,8 @@ class Case:
     incremental: bool = False
     lags: bool = False
     target_ms: float | None = None
+    kafka_ms: float | None = None  # Kafka's own assignor on this shape (issue 24's table, JMH, CPU time)
+    number: int = 1  # calls per timed run (small groups take microseconds)
 
     @property
     def label(self) -> str:
@@ -72,13 +79,16 @@ def default_cases(quick: bool) -> list[Case]:
             Case("lag", 1000, 10, 100, lags=True),
         ]
     return [
-        Case("uniform", 10_000, 10, 1000, target_ms=25),
-        Case("uniform", 10_000, 10, 1000, incremental=True, target_ms=25),
-        Case("uniform", 1000, 50, 1000, heterogeneous=True, target_ms=100),
-        Case("uniform", 1000, 50, 1000, heterogeneous=True, incremental=True),
-        Case("range", 10_000, 50, 1000, target_ms=150),
-        Case("range", 10_000, 50, 1000, incremental=True),
+        Case("uniform", 10_000, 10, 1000, target_ms=25, kafka_ms=1.98),
+        Case("uniform", 10_000, 10, 1000, incremental=True, target_ms=25, kafka_ms=1.85),
+        Case("uniform", 1000, 50, 1000, heterogeneous=True, target_ms=100, kafka_ms=14.8),
+        Case("uniform", 1000, 50, 1000, heterogeneous=True, incremental=True, kafka_ms=13.7),
+        Case("range", 10_000, 50, 1000, target_ms=150, kafka_ms=29.0),
+        Case("range", 10_000, 50, 1000, incremental=True, kafka_ms=30.3),
         Case("lag", 10_000, 10, 1000, lags=True, target_ms=100),
+        Case("uniform", 100, 10, 10, kafka_ms=0.029, number=200),
+        Case("uniform", 100, 10, 10, incremental=True, kafka_ms=0.023, number=200),
+        Case("range", 100, 10, 10, kafka_ms=0.031, number=200),
     ]
 
 
@@ -146,9 +156,10 @@ def run_case(case: Case, repeat: int) -> tuple[list[float] | None, list[float], 
     for _ in range(repeat):
         gc.collect()
         start, start_cpu = time.perf_counter(), time.process_time()
-        assignor.assign(spec, describer)
-        cpu.append((time.process_time() - start_cpu) * 1000)
-        wall.append((time.perf_counter() - start) * 1000)
+        for _ in range(case.number):
+            assignor.assign(spec, describer)
+        cpu.append((time.process_time() - start_cpu) * 1000 / case.number)
+        wall.append((time.perf_counter() - start) * 1000 / case.number)
     return wall, cpu, ""
 
 
@@ -168,21 +179,25 @@ def main(argv: list[str] | None = None) -> int:
         cases += grid_cases(names)
 
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus, repeat {args.repeat}")
-    print(f"{'assignor':<8} {'case':<44} {'median ms':>10} {'min ms':>8} {'cpu ms':>8} {'target':>7}  result")
+    print(f"{'assignor':<8} {'case':<44} {'median ms':>10} {'min ms':>8} {'cpu ms':>8} {'kafka ms':>9} {'x kafka':>8} "
+          f"{'target':>7}  result")
     failed = False
     for case in cases:
         timings, cpu, note = run_case(case, args.repeat)
         target = f"{case.target_ms:g}" if case.target_ms else "-"
         if timings is None:
-            print(f"{case.assignor:<8} {case.label:<44} {'-':>10} {'-':>8} {'-':>8} {target:>7}  {note}")
+            print(f"{case.assignor:<8} {case.label:<44} {'-':>10} {'-':>8} {'-':>8} {'-':>9} {'-':>8} {target:>7}  {note}")
             continue
         median = statistics.median(timings)
         verdict = ""
         if case.target_ms:
             verdict = "ok" if median <= case.target_ms else "OVER TARGET"
             failed |= median > case.target_ms
-        print(f"{case.assignor:<8} {case.label:<44} {median:>10.2f} {min(timings):>8.2f} "
-              f"{statistics.median(cpu):>8.2f} {target:>7}  {verdict}", flush=True)
+        cpu_ms = statistics.median(cpu)
+        kafka = f"{case.kafka_ms:g}" if case.kafka_ms else "-"
+        ratio = f"{cpu_ms / case.kafka_ms:.2f}" if case.kafka_ms else "-"
+        print(f"{case.assignor:<8} {case.label:<44} {median:>10.3f} {min(timings):>8.3f} "
+              f"{cpu_ms:>8.3f} {kafka:>9} {ratio:>8} {target:>7}  {verdict}", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 1 if failed else 0
 

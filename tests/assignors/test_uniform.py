@@ -33,6 +33,7 @@ from cohort.assignors._uniform_small import (
     assign_homogeneous_small,
     keep_balanced,
     keep_single_topic,
+    rebalance_tiled,
 )
 from cohort.assignors.uniform import UniformAssignor
 
@@ -598,6 +599,57 @@ def test_small_group_shortcuts_match_the_partition_loop(group):
     again = {m: MemberSubscription(s.subscribed_topic_ids, assignment=expected[m]) for m, s in members.items()}
     stable = assign_homogeneous_small(*small_args(again, topics))
     assert_same_result(stable, expected, [expected[m] for m in sorted(members)])
+
+
+@st.composite
+def tiled_groups(draw):
+    """Small homogeneous groups whose current tuples cover every partition exactly once, with
+    any shares: members joined (holding nothing), members left (their partitions went to others
+    at random), tuples that are runs or scattered, topics listed in any order."""
+    names = [uuid.UUID(int=i * 7919 + 1) for i in range(4)]
+    counts = {t: draw(st.integers(1, 25)) for t in names[:draw(st.integers(1, 4))]}
+    ids = draw(st.lists(st.text("abcdefghij", min_size=1, max_size=2), min_size=1, max_size=9, unique=True))
+    holders = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=len(ids), unique=True))
+    rng = draw(st.randoms(use_true_random=False))
+    owned: dict = {m: {} for m in ids}
+    for t, n in counts.items():
+        runs = draw(st.booleans())
+        for p in range(n):
+            owner = holders[p * len(holders) // n] if runs else rng.choice(holders)
+            owned[owner].setdefault(t, []).append(p)
+    members = {}
+    for m in ids:
+        items = [(t, tuple(ps)) for t, ps in owned[m].items()]
+        rng.shuffle(items)
+        members[m] = MemberSubscription(frozenset(counts), assignment=dict(items))
+    return members, TopicDescriber({t: TopicMetadata(n) for t, n in counts.items()})
+
+
+@PROPERTY_SETTINGS
+@given(tiled_groups())
+def test_joins_and_leaves_on_whole_tuples_match_the_partition_loop(group):
+    members, topics = group
+    args = small_args(members, topics)
+    result = rebalance_tiled(*args)
+    assert result is not None  # every such group takes the shortcut
+    assert_same_result(result, assign_by_partition(*args), args[1])
+    assert result == reference_homogeneous(members, topics)
+
+
+def test_a_member_joining_takes_the_tails_of_the_fullest_members():
+    members = {"A": member("t1", assignment={"t1": (0, 1, 2)}), "B": member("t1", assignment={"t1": (3, 4, 5)}),
+               "C": member("t1")}
+    args = small_args(members, describer(t1=6))
+    result = rebalance_tiled(*args)
+    assert result == {"A": {"t1": (0, 1)}, "B": {"t1": (3, 4)}, "C": {"t1": (2, 5)}}
+    declined = [{"A": {"t1": (0, 1, 2)}, "B": {"t1": (3, 4)}},  # 5 is nobody's
+                {"A": {"t1": (0, 1, 2)}, "B": {"t1": (2, 3, 4, 5)}},  # 2 twice
+                {"A": {"t1": [0, 1, 2]}, "B": {"t1": (3, 4, 5)}}]  # a list
+    for current in declined:
+        members = {m: member("t1", assignment=a) for m, a in current.items()} | {"C": member("t1")}
+        args = small_args(members, describer(t1=6))
+        assert rebalance_tiled(*args) is None, current
+        assert_same_result(assign_homogeneous_small(*args), assign_by_partition(*args), args[1])
 
 
 def test_new_group_shortcut_hands_back_empty_mappings_of_members_left_without_partitions():

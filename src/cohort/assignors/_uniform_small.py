@@ -5,15 +5,18 @@ of a few members and partitions is several times the work itself. Small groups (
 case) take the plain code here instead; it follows exactly the same rules and is tested against
 the numpy path and against a transcription of Kafka's algorithm.
 
-Two shortcuts cover the common cases and give the same result as the general loop:
+Three shortcuts cover the common cases and give the same result as the general loop:
 
 * a new group (nobody owns anything): the partitions in canonical order are cut into one
   contiguous slice per member, the extra partitions going to the last members;
 * a stable group (the current assignment is complete, well formed and balanced): it is a
-  fixed point, so every member gets its current mapping back.
+  fixed point, so every member gets its current mapping back;
+* a member joined or left (the current tuples, well formed, still cover every partition
+  exactly once, but the shares are no longer balanced): the same rules applied to whole
+  tuples, cut where a quota ends, instead of one partition at a time.
 
-Anything else (members joining or leaving, lists, unsorted or out-of-range partitions, double
-claims) runs the rules one partition at a time, which also normalises the input.
+Anything else (lists, unsorted or out-of-range partitions, double claims, unowned partitions)
+runs the rules one partition at a time, which also normalises the input.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def assign_homogeneous_small(member_ids: list[str], currents: list[Mapping], top
         result = keep_single_topic(member_ids, currents, topic_ids[0], counts[0])
     else:
         result = keep_balanced(member_ids, currents, topic_ids, counts)
+    if result is None:
+        result = rebalance_tiled(member_ids, currents, topic_ids, counts)
     if result is None:
         result = assign_by_partition(member_ids, currents, topic_ids, counts)
     return result
@@ -146,6 +151,100 @@ def keep_balanced(member_ids: list[str], currents: list[Mapping], topic_ids: lis
     if max(totals) > min(totals) + 1 or type(sum(chain.from_iterable(chain.from_iterable(runs)))) is not int:
         return None
     return _kept(member_ids, currents)
+
+
+def rebalance_tiled(member_ids: list[str], currents: list[Mapping], topic_ids: list,
+                    counts: list[int]) -> GroupAssignment | None:
+    """`assign_by_partition` for current tuples that tile every topic, or None: the rules run on
+    whole tuples, cut where a member's quota ends, so a member joining a group costs a walk
+    over its members' tuples rather than over every partition.
+
+    As there: members in order keep the start of their walk (topics ascending) up to their
+    quota, the rest of each walk queues in member order, and members below quota take from the
+    queue's front and sort what they hold. Entries must name the subscription's own topic id
+    objects; anything `keep_balanced` would refuse besides the balance takes the general rules.
+    """
+    by_identity = {id(t): i for i, t in enumerate(topic_ids)}
+    runs: list[list[tuple]] = [[] for _ in counts]
+    walks: list[list[tuple[int, tuple]]] = []
+    helds: list[int] = []
+    try:
+        for current in currents:
+            walk = []
+            held = 0
+            for topic_id, parts in current.items():
+                t = by_identity.get(id(topic_id))
+                if t is None or type(parts) is not tuple or not parts:
+                    return None
+                runs[t].append(parts)
+                walk.append((t, parts))
+                held += len(parts)
+            if len(walk) > 1:
+                walk.sort(key=_topic)  # a member names each topic once
+            walks.append(walk)
+            helds.append(held)
+        every = ints(max(counts, default=0))
+        for t, count in enumerate(counts):
+            if not _tiles(runs[t], every[:count]):
+                return None
+    except TypeError:
+        return None
+    if type(sum(chain.from_iterable(chain.from_iterable(runs)))) is not int:
+        return None
+    member_count = len(member_ids)
+    min_quota, extra = divmod(sum(counts), member_count)
+    changed = [False] * member_count
+    queue: list[tuple[int, tuple]] = []  # (topic index, partitions) beyond their member's quota
+    unfilled = []
+    for index, held in enumerate(helds):
+        quota, granted = min_quota, extra > 0
+        if granted:
+            quota += 1
+        if held > quota:
+            walk = walks[index]
+            kept, room = [], quota
+            for t, parts in walk:
+                if room >= len(parts):
+                    kept.append((t, parts))
+                    room -= len(parts)
+                elif room:
+                    kept.append((t, parts[:room]))
+                    queue.append((t, parts[room:]))
+                    room = 0
+                else:
+                    queue.append((t, parts))
+            walks[index], held = kept, quota
+            changed[index] = True
+        quota -= held
+        if granted and quota > 0 and member_count - index > extra:
+            quota, granted = quota - 1, False
+        if quota > 0:
+            unfilled.append((index, quota))
+            changed[index] = True
+        if granted:
+            extra -= 1
+    position = offset = 0  # the queue's front: entry, partitions of it already taken
+    for index, quota in unfilled:
+        taken = walks[index][:]
+        while quota and position < len(queue):
+            t, parts = queue[position]
+            end = min(offset + quota, len(parts))
+            taken.append((t, parts[offset:end]))
+            quota -= end - offset
+            position, offset = (position + 1, 0) if end == len(parts) else (position, end)
+        walks[index] = _merged(taken)
+    if position != len(queue):
+        raise PartitionAssignorError("Partitions were left unassigned")
+    return {member_id: {topic_ids[t]: parts for t, parts in walks[index]} if changed[index] else reuse(currents[index])
+            for index, member_id in enumerate(member_ids)}
+
+
+def _merged(pieces: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
+    """(topic index, partitions) pieces -> one sorted tuple per topic, topics ascending."""
+    by_topic: dict[int, list] = {}
+    for t, parts in pieces:
+        by_topic.setdefault(t, []).append(parts)
+    return [(t, tuple(sorted(chain.from_iterable(by_topic[t])))) for t in sorted(by_topic)]
 
 
 def _tiles(parts: list[tuple], every: tuple[int, ...]) -> bool:
