@@ -150,14 +150,25 @@ class _Compiler:
             return
         if ktype not in ("string", "bytes", "records"):
             raise NotImplementedError(f"no writer for {ktype!r} (optional={optional})")
-        add(f"{indent}if {target} is None:")
+        value = self.name("v", None)
+        add(f"{indent}{value} = {target}")
+        add(f"{indent}if {value} is None:")
         if optional:
             null = "_ONE[0]" if self.flexible else repr(struct.pack(">h" if ktype == "string" else ">i", -1))
             add(f"{indent}    {buf} += {null}")
         else:
             add(f"{indent}    raise TypeError('Unexpectedly received None value')")
+        if ktype == "string":  # the usual case (a str) inline; anything else as kio takes it
+            data = self.name("d", None)
+            add(f"{indent}elif type({value}) is str:")
+            add(f"{indent}    {data} = {value}.encode()")
+            if self.flexible:
+                add(f"{indent}    {buf} += _ONE[len({data}) + 1] if len({data}) < 127 else _uv(len({data}) + 1)")
+            else:
+                add(f"{indent}    {buf} += {self.name('_S', struct.Struct('>h').pack)}(len({data}))")
+            add(f"{indent}    {buf} += {data}")
         add(f"{indent}else:")
-        add(f"{indent}    _string({buf}, {target}, {self.flexible}, {ktype!r})")
+        add(f"{indent}    _string({buf}, {value}, {self.flexible}, {ktype!r})")
 
 
 @functools.cache
