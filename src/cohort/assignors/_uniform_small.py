@@ -129,28 +129,45 @@ def keep_balanced(member_ids: list[str], currents: list[Mapping], topic_ids: lis
     """
     if sum(counts) >= len(currents) and not all(currents):
         return None  # someone holds nothing although there is enough for everyone
+    totals = _tiled_totals(currents, topic_ids, counts)
+    if totals is None or max(totals) > min(totals) + 1:
+        return None
+    return _kept(member_ids, currents)
+
+
+def _tiled_totals(currents: list[Mapping], topic_ids: list, counts: list[int],
+                  walks: list | None = None) -> list[int] | None:
+    """How many partitions each member holds, if every entry names one of the subscription's own
+    topic id objects with a non-empty tuple of ints and, per topic, the tuples together are
+    exactly the topic's partitions; else None. With ``walks``, each member's (topic index,
+    partitions) entries are appended to it, in the member's order."""
     by_identity = {id(t): i for i, t in enumerate(topic_ids)}
     runs: list[list[tuple]] = [[] for _ in counts]
     totals = []
     try:
         for current in currents:
             total = 0
+            walk = [] if walks is not None else None
             for topic_id, parts in current.items():
                 t = by_identity.get(id(topic_id))
                 if t is None or type(parts) is not tuple or not parts:
                     return None
                 runs[t].append(parts)
                 total += len(parts)
+                if walk is not None:
+                    walk.append((t, parts))
             totals.append(total)
+            if walks is not None:
+                walks.append(walk)
         every = ints(max(counts, default=0))
         for t, count in enumerate(counts):
             if not _tiles(runs[t], every[:count]):
                 return None
     except TypeError:
         return None
-    if max(totals) > min(totals) + 1 or type(sum(chain.from_iterable(chain.from_iterable(runs)))) is not int:
+    if type(sum(chain.from_iterable(chain.from_iterable(runs)))) is not int:
         return None
-    return _kept(member_ids, currents)
+    return totals
 
 
 def rebalance_tiled(member_ids: list[str], currents: list[Mapping], topic_ids: list,
@@ -164,36 +181,14 @@ def rebalance_tiled(member_ids: list[str], currents: list[Mapping], topic_ids: l
     queue's front and sort what they hold. Entries must name the subscription's own topic id
     objects; anything `keep_balanced` would refuse besides the balance takes the general rules.
     """
-    by_identity = {id(t): i for i, t in enumerate(topic_ids)}
-    runs: list[list[tuple]] = [[] for _ in counts]
-    walks: list[list[tuple[int, tuple]]] = []
-    helds: list[int] = []
-    try:
-        for current in currents:
-            walk = []
-            held = 0
-            for topic_id, parts in current.items():
-                t = by_identity.get(id(topic_id))
-                if t is None or type(parts) is not tuple or not parts:
-                    return None
-                runs[t].append(parts)
-                walk.append((t, parts))
-                held += len(parts)
-            if len(walk) > 1:
-                walk.sort(key=_topic)  # a member names each topic once
-            walks.append(walk)
-            helds.append(held)
-        every = ints(max(counts, default=0))
-        for t, count in enumerate(counts):
-            if not _tiles(runs[t], every[:count]):
-                return None
-    except TypeError:
+    entries: list[list[tuple[int, tuple]]] = []  # each member's (topic index, partitions), as listed
+    helds = _tiled_totals(currents, topic_ids, counts, entries)
+    if helds is None:
         return None
-    if type(sum(chain.from_iterable(chain.from_iterable(runs)))) is not int:
-        return None
+
+    walks: dict[int, list[tuple[int, tuple]]] = {}  # the members that change: what they end up with
     member_count = len(member_ids)
     min_quota, extra = divmod(sum(counts), member_count)
-    changed = [False] * member_count
     queue: list[tuple[int, tuple]] = []  # (topic index, partitions) beyond their member's quota
     unfilled = []
     for index, held in enumerate(helds):
@@ -201,9 +196,8 @@ def rebalance_tiled(member_ids: list[str], currents: list[Mapping], topic_ids: l
         if granted:
             quota += 1
         if held > quota:
-            walk = walks[index]
             kept, room = [], quota
-            for t, parts in walk:
+            for t, parts in _ascending(entries[index]):
                 if room >= len(parts):
                     kept.append((t, parts))
                     room -= len(parts)
@@ -214,18 +208,16 @@ def rebalance_tiled(member_ids: list[str], currents: list[Mapping], topic_ids: l
                 else:
                     queue.append((t, parts))
             walks[index], held = kept, quota
-            changed[index] = True
         quota -= held
         if granted and quota > 0 and member_count - index > extra:
             quota, granted = quota - 1, False
         if quota > 0:
             unfilled.append((index, quota))
-            changed[index] = True
         if granted:
             extra -= 1
     position = offset = 0  # the queue's front: entry, partitions of it already taken
     for index, quota in unfilled:
-        taken = walks[index][:]
+        taken = entries[index]  # a member below its quota kept all it held (_merged sorts)
         while quota and position < len(queue):
             t, parts = queue[position]
             end = min(offset + quota, len(parts))
@@ -235,8 +227,13 @@ def rebalance_tiled(member_ids: list[str], currents: list[Mapping], topic_ids: l
         walks[index] = _merged(taken)
     if position != len(queue):
         raise PartitionAssignorError("Partitions were left unassigned")
-    return {member_id: {topic_ids[t]: parts for t, parts in walks[index]} if changed[index] else reuse(currents[index])
+    return {member_id: {topic_ids[t]: parts for t, parts in walks[index]} if index in walks else reuse(currents[index])
             for index, member_id in enumerate(member_ids)}
+
+
+def _ascending(entries: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
+    """A member's entries, topics ascending (each is named once)."""
+    return sorted(entries, key=_topic) if len(entries) > 1 else entries
 
 
 def _merged(pieces: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
