@@ -176,21 +176,18 @@ class Server:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def open_listener(self, listener: Listener) -> int:
-        """Listen on one more plain listener (no TLS, no SASL) while running; returns its port."""
+        """Listen on ``listener`` (with its TLS context, if it has one); returns its port. Also
+        used while running, for the plain listeners the upstream plugin adds."""
         srv = await asyncio.start_server(functools.partial(self._on_connection, listener=listener),
-                                         listener.host or None, listener.port, limit=_SMALL_FRAME, reuse_address=True)
+                                         listener.host or None, listener.port, limit=_SMALL_FRAME, reuse_address=True,
+                                         ssl=self._tls.get(listener.name))
         self._servers.append(srv)
         self.ports[listener.name] = port = srv.sockets[0].getsockname()[1]
         return port
 
     async def start(self) -> None:
         for listener in self.listeners:
-            srv = await asyncio.start_server(
-                functools.partial(self._on_connection, listener=listener), listener.host or None, listener.port,
-                limit=_SMALL_FRAME, reuse_address=True, ssl=self._tls.get(listener.name),
-            )
-            self._servers.append(srv)
-            self.ports[listener.name] = srv.sockets[0].getsockname()[1]
+            await self.open_listener(listener)
         self.port = self.ports[self.listeners[0].name]
         if self.http_address is not None:
             self.http = http.HttpListener(self)
