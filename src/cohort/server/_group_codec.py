@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from cohort.coordinator import requests as rq
 from cohort.protocol.entities import build, nested
+from cohort.protocol.entities import error_code as err
 from cohort.protocol.operations import GROUP_OPS, NOT_REQUESTED
 
 LOADING = "the group coordinator is loading"
@@ -30,16 +31,9 @@ def group_ops(with_ops: Any, group_id: str) -> int:
     authorizer) or a function giving the principal's bitfield for a group."""
     return with_ops(group_id) if callable(with_ops) else GROUP_OPS
 
-_ERRORS = {int(e): e for e in ErrorCode}
-
-
 def client_host(peer: Any) -> str:
     """A member's client host as Kafka reports it ("/" + address), empty when the peer has no address."""
     return "/" + peer[0] if isinstance(peer, tuple) else ""
-
-
-def err(code: int) -> ErrorCode:
-    return _ERRORS[int(code)]
 
 
 def millis(td: datetime.timedelta) -> int:
@@ -87,7 +81,7 @@ class HeartbeatEncoder:
             assignment = self.assignment(topic_partitions=tuple(
                 topic(topic_id=t, partitions=tuple(r.assignment[t])) for t in sorted(r.assignment)))
         return self.resp(
-            throttle_time=ZERO, error_code=_ERRORS[r.error_code], error_message=r.error_message,
+            throttle_time=ZERO, error_code=err(r.error_code), error_message=r.error_message,
             member_id=r.member_id, member_epoch=r.member_epoch,
             heartbeat_interval=datetime.timedelta(milliseconds=r.heartbeat_interval_ms), assignment=assignment,
         )
