@@ -31,6 +31,7 @@ Kafka's transaction protocol version 0/1 (cohort does not advertise transaction.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -337,7 +338,7 @@ class TransactionCoordinatorShard:
     def _abort_fencing(self, tid: str, t: TxnValue, now: int) -> None:
         """Abort an ongoing transaction with a bumped epoch (a fenced zombie, a timeout): the
         markers carry the new epoch, so the old producer's writes are refused from then on."""
-        self._write(tid, t.evolve(producer_epoch=t.producer_epoch + 1, state=S.PREPARE_ABORT,
+        self._write(tid, dataclasses.replace(t, producer_epoch=t.producer_epoch + 1, state=S.PREPARE_ABORT,
                                              last_update_ms=now, last_producer_epoch=-1), now)
 
     def _add_partitions(self, req: AddPartitions, now: int) -> AddPartitionsResult:
@@ -356,8 +357,8 @@ class TransactionCoordinatorShard:
         if t.state == S.ONGOING and wanted <= t.partitions:
             return AddPartitionsResult({tp: NONE for tp in req.partitions})
         start = now if t.state != S.ONGOING else t.start_ms
-        self._write(req.transactional_id, t.evolve(
-            state=S.ONGOING, partitions=t.partitions | wanted, start_ms=start, last_update_ms=now), now)
+        self._write(req.transactional_id, dataclasses.replace(
+            t, state=S.ONGOING, partitions=t.partitions | wanted, start_ms=start, last_update_ms=now), now)
         return AddPartitionsResult({tp: NONE for tp in req.partitions})
 
     def _park(self, req: AddPartitions, now: int) -> Parked:
@@ -412,7 +413,7 @@ class TransactionCoordinatorShard:
         t = self.transactions[req.transactional_id]
         if t.state == S.ONGOING:
             target = S.PREPARE_COMMIT if req.commit else S.PREPARE_ABORT
-            self._write(req.transactional_id, t.evolve(state=target, last_update_ms=now), now)
+            self._write(req.transactional_id, dataclasses.replace(t, state=target, last_update_ms=now), now)
             return EndTxnResult(NONE)
         if t.state == (S.COMPLETE_COMMIT if req.commit else S.COMPLETE_ABORT):
             return EndTxnResult(NONE)  # a retry of an EndTxn that completed
@@ -425,7 +426,7 @@ class TransactionCoordinatorShard:
         if t is None or t.state not in PREPARED or (t.producer_id, t.producer_epoch) != (req.producer_id, req.producer_epoch):
             return None  # already completed (a marker job that ran twice)
         done = S.COMPLETE_COMMIT if t.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
-        self._write(req.transactional_id, t.evolve(state=done, partitions=frozenset(),
+        self._write(req.transactional_id, dataclasses.replace(t, state=done, partitions=frozenset(),
                                                               last_update_ms=now), now)
         self._release_waiting(req.transactional_id, now)
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -65,16 +65,6 @@ class TxnValue:
     start_ms: int = -1
     previous_producer_id: int = -1  # the id before a rotation (v1 tag 0; cohort keeps it in memory)
     last_producer_epoch: int = -1  # the epoch before the last bump (recognises a retried bump)
-
-    def evolve(self, **changes: object) -> "TxnValue":
-        """A copy with ``changes``: dataclasses.replace without its per-call field introspection
-        (three of these run per transaction)."""
-        values = {name: getattr(self, name) for name in _TXN_VALUE_FIELDS}
-        values.update(changes)
-        return TxnValue(**values)  # type: ignore[arg-type]
-
-
-_TXN_VALUE_FIELDS = tuple(f.name for f in fields(TxnValue))
 
 
 class RecordFormatError(ValueError):
