@@ -98,9 +98,14 @@ class _Compiler:
                                     "_UUID_ZERO": uuid_zero}
         self._names = 0
 
-    def name(self, prefix: str, value: Any) -> str:
+    def local(self, prefix: str) -> str:
+        """A fresh local variable name for the generated code."""
         self._names += 1
-        key = f"{prefix}{self._names}"
+        return f"{prefix}{self._names}"
+
+    def name(self, prefix: str, value: Any) -> str:
+        """A fresh global name of the generated code, bound to ``value``."""
+        key = self.local(prefix)
         self.env[key] = value
         return key
 
@@ -117,7 +122,7 @@ class _Compiler:
         optional = False if is_tag else is_optional(field)  # a tag's presence is its nullability (kio)
         add = self.lines.append
         if kind.is_array:
-            item = self.name("_i", None)
+            item = self.local("_i")
             add(f"{indent}if {target} is None:")
             add(f"{indent}    {buf} += {'_ONE[0]' if self.flexible else repr(struct.pack('>i', -1))}")
             add(f"{indent}else:")
@@ -150,7 +155,7 @@ class _Compiler:
             return
         if ktype not in ("string", "bytes", "records"):
             raise NotImplementedError(f"no writer for {ktype!r} (optional={optional})")
-        value = self.name("v", None)
+        value = self.local("v")
         add(f"{indent}{value} = {target}")
         add(f"{indent}if {value} is None:")
         if optional:
@@ -159,7 +164,7 @@ class _Compiler:
         else:
             add(f"{indent}    raise TypeError('Unexpectedly received None value')")
         if ktype == "string":  # the usual case (a str) inline; anything else as kio takes it
-            data = self.name("d", None)
+            data = self.local("d")
             add(f"{indent}elif type({value}) is str:")
             add(f"{indent}    {data} = {value}.encode()")
             if self.flexible:
