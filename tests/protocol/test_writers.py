@@ -91,7 +91,7 @@ def test_same_bytes_as_kio_for_every_served_response(case):
     cls, entity = case
     try:
         expected = kio_bytes(cls, entity)
-    except Exception as exc:  # noqa: BLE001 - kio refuses the value: so must we
+    except Exception:  # noqa: BLE001 - kio refuses the value: so must we
         with pytest.raises(Exception):
             ours(cls, entity)
         return
