@@ -75,11 +75,11 @@ class UpstreamCluster:
     def metadata_snapshot(self) -> MetadataSnapshot:
         """As the broker's; offsets as of the last refresh."""
         logs, none = self.logs, PartitionOffsets(0, 0)
-        views = {t.name: TopicSnapshot(t.name, t.id, t.partitions,
-                                       tuple(logs.get((t.name, p), none).start_offset for p in range(t.partitions)),
-                                       tuple(logs.get((t.name, p), none).end_offset for p in range(t.partitions)),
-                                       t.internal)
-                 for t in self.topics.values()}
+        views = {}
+        for t in self.topics.values():
+            offsets = [logs.get((t.name, p), none) for p in range(t.partitions)]
+            views[t.name] = TopicSnapshot(t.name, t.id, t.partitions, tuple(o.start_offset for o in offsets),
+                                          tuple(o.end_offset for o in offsets), t.internal)
         return MetadataSnapshot(self.topic_version, views, {t.id: t.name for t in self.topics.values()})
 
     # --- refreshing (blocking: run on a worker thread, apply on the loop) -----------------------
