@@ -223,8 +223,16 @@ declare("upstream.broker.port.base", int, 0, "The upstream broker with node id N
         "port base + N (the same on every restart and every instance, as clients cache addresses); 0: a free "
         "port each.", minimum=0, maximum=65535, group="upstream")
 declare("upstream.coordinator.node.id", int, 1000000, "The node id clients see for cohort's group "
-        "coordinator in front of an upstream; it must not be one of the upstream's node ids.", minimum=0,
-        group="upstream")
+        "coordinator in front of an upstream; it must not be one of the upstream's node ids, and each instance of "
+        "a cohort cluster needs its own.", minimum=0, group="upstream")
+declare("upstream.membership", bool, True, "In front of an upstream (`upstream.forward`): the instances of one "
+        "cohort cluster (`upstream.cluster.name`) share the group coordinator's shards through a classic consumer "
+        "group on the upstream, `cohort-<name>`, whose assignment gives each instance its shards (docs/upstream.md). "
+        "false: this instance takes every shard, fencing any other instance of the cluster.", group="upstream")
+declare("upstream.membership.session.timeout.ms", int, 10000, "Session timeout of an instance's membership: the "
+        "shards of an instance that stops heartbeating move to the others after this long, and an instance cut off "
+        "from the upstream stops serving its shards after this long. The upstream's group.min/max.session.timeout.ms "
+        "bound it.", minimum=1, group="upstream")
 declare("upstream.metadata.refresh.ms", int, 2000, "How often the upstream's brokers and topics are read "
         "again (new topics become subscribable, new brokers get a port).", minimum=100, group="upstream")
 declare("upstream.mirror.offsets", bool, False, "In front of an upstream (`upstream.forward`): copy every "

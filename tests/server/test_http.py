@@ -85,6 +85,7 @@ def test_metrics_follow_what_clients_did(broker):
         assert value(s, "cohort_assignor_duration_seconds_count", assignor="uniform") >= 1
         assert value(s, "cohort_coordinator_fsync_duration_seconds_count") >= 1
         assert value(s, "cohort_coordinator_loaded") == 1
+        assert value(s, "cohort_coordinator_shards_served") == 1
         assert value(s, "cohort_requests_total", api="Produce", version="10") >= 1
         assert value(s, "cohort_request_duration_seconds_count", api="OffsetCommit", version="9") == 1
         assert value(s, "cohort_request_duration_seconds_bucket", api="OffsetCommit", version="9", le="+Inf") == 1

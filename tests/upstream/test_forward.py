@@ -106,6 +106,18 @@ def _recv(sock, n):
     return buf
 
 
+def _until_coordinator(port, find, timeout=30):
+    """Ask FindCoordinator until it names a coordinator (COORDINATOR_NOT_AVAILABLE until then)."""
+    deadline = time.monotonic() + timeout
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        while True:
+            _, found = decode_response(10, 3, _ask(sock, [encode_request(10, 3, 9, "t", find)])[0])
+            if found.error_code == 0:
+                return found
+            assert found.error_code == 15 and time.monotonic() < deadline, found  # COORDINATOR_NOT_AVAILABLE
+            time.sleep(0.1)
+
+
 def test_a_proxy_offers_the_intersection_and_answers_pipelined_requests_in_order(tmp_path, upstream):
     proxy = ServerProcess(tmp_path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
                           "upstream.groups.topic=__cohort_groups_forward", log_path=str(tmp_path / "proxy.log")).start()
@@ -114,6 +126,7 @@ def test_a_proxy_offers_the_intersection_and_answers_pipelined_requests_in_order
         metadata = build(load_request_schema(3, 12), topics=None, allow_auto_topic_creation=False,
                          include_topic_authorized_operations=False)
         find = build(load_request_schema(10, 3), key="some-group", key_type=0)
+        _until_coordinator(proxy.port, find)  # the instance has joined its cohort cluster and took the shards
         frames = [encode_request(18, 3, 1, "t", versions), encode_request(3, 12, 2, "t", metadata),
                   encode_request(10, 3, 3, "t", find), encode_request(3, 12, 4, "t", metadata)]
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:

@@ -86,6 +86,30 @@ def test_a_new_owner_fences_the_old_one(upstream):
     run(scenario())
 
 
+def test_a_log_handed_over_and_taken_back_reads_what_the_other_owner_wrote(upstream):
+    """A cohort cluster moving a shard away and back: the same log object is closed, another
+    instance owns the shard meanwhile, and opening it again fences that one and reads its records."""
+    topic = fresh_topic(upstream)
+
+    async def scenario():
+        here, _ = await opened(upstream, topic)
+        await here.append_records([(b"a", b"1")])
+        await here.close()
+        there, records = await opened(upstream, topic)
+        assert [(k, v) for _, k, v, _ in records] == [(b"a", b"1")]
+        await there.append_records([(b"b", b"2")])
+        await here.open()  # taken back: the other owner is fenced
+        assert [(k, v) for _, k, v, _ in [r async for r in here.records()]] == [(b"a", b"1"), (b"b", b"2")]
+        assert here.end_offset == 2
+        with pytest.raises(UpstreamLogError, match="fenced"):
+            await there.append_records([(b"zombie", b"write")])
+        assert await here.append_records([(b"c", b"3")]) == 2
+        for log in (here, there):
+            await log.close()
+
+    run(scenario())
+
+
 def test_a_foreign_write_makes_the_log_refuse_appends(upstream):
     topic = fresh_topic(upstream)
 

@@ -100,6 +100,9 @@ class CoordinatorLog:
     def on_lost(self, callback) -> None:
         """Nobody else writes this broker's own log: it is never taken over."""
 
+    async def close(self) -> None:
+        """A shard handed over: the broker keeps its own log open (its segments are the broker's)."""
+
     def add_listener(self, callback) -> None:
         """``callback()`` runs after the high watermark advances (wakes Fetch long-polls)."""
         self._listeners.append(callback)

@@ -19,7 +19,7 @@ from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, nested
 from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
-from cohort.server._group_codec import LOADING, ONE_MS, UNKNOWN_OPS, ZERO, client_host, err, group_ops
+from cohort.server._group_codec import ONE_MS, UNKNOWN_OPS, ZERO, client_host, err, group_ops
 
 if TYPE_CHECKING:
     from cohort.server.runtime import CoordinatorRuntime
@@ -32,6 +32,8 @@ class GroupRouter(Protocol):
     which installs them: the dependency goes one way)."""
 
     def serving(self, group_id: str) -> bool: ...
+
+    def unserved(self, group_id: str) -> tuple[int, str]: ...
 
     def write(self, ctx: Any, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any: ...
 
@@ -134,7 +136,7 @@ class ClassicApi:
             return join_response(resp, version, rq.JoinGroupResponse(error_code=code, member_id=body.member_id))
 
         if not self.c.serving(body.group_id):
-            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
+            return fail(*self.c.unserved(body.group_id))
         if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         request = join_request(body, version, req.client_id or "", client_host(ctx.peer))
@@ -147,7 +149,7 @@ class ClassicApi:
             return sync_response(resp, rq.SyncGroupResponse(error_code=code))
 
         if not self.c.serving(req.body.group_id):
-            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
+            return fail(*self.c.unserved(req.body.group_id))
         if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         return self.c.write(ctx, sync_request(req.body, version), lambda r: sync_response(resp, r), fail)
@@ -159,7 +161,7 @@ class ClassicApi:
             return build(resp, throttle_time=ZERO, error_code=err(r.error_code))
 
         if not self.c.serving(body.group_id):
-            return answer(rq.HeartbeatResponse(Errors.COORDINATOR_LOAD_IN_PROGRESS))
+            return answer(rq.HeartbeatResponse(self.c.unserved(body.group_id)[0]))
         if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
             return answer(rq.HeartbeatResponse(Errors.GROUP_AUTHORIZATION_FAILED))
         request = rq.HeartbeatRequest(body.group_id, body.generation_id, body.member_id,
@@ -174,7 +176,7 @@ class ClassicApi:
             return leave_response(resp, version, rq.LeaveGroupResponse(code))
 
         if not self.c.serving(req.body.group_id):
-            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, LOADING)
+            return fail(*self.c.unserved(req.body.group_id))
         if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         return self.c.write(ctx, request, lambda r: leave_response(resp, version, r), fail)
@@ -187,7 +189,7 @@ class ClassicApi:
         if ops and ctx.server.authorizer is not None:
             ops = lambda group: ctx.authorized_operations(acls.GROUP, group, GROUP_OPS)  # noqa: E731
         if body.groups and not any(self.c.serving(g) for g in body.groups):
-            return describe_response(resp, [rq.DescribedClassicGroup(g, Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            return describe_response(resp, [rq.DescribedClassicGroup(g, self.c.unserved(g)[0])
                                             for g in body.groups], False)
         valid = [g for g in body.groups if g and g.strip() and ctx.authorize(acls.DESCRIBE, acls.GROUP, g)]
 
@@ -195,7 +197,7 @@ class ClassicApi:
             found = {}
             for runtime, ids in self.c.by_runtime(valid).items():
                 if not runtime.loaded:
-                    found.update((g, rq.DescribedClassicGroup(g, Errors.COORDINATOR_LOAD_IN_PROGRESS)) for g in ids)
+                    found.update((g, rq.DescribedClassicGroup(g, runtime.unserved[0])) for g in ids)
                     continue
                 found.update((g.group_id, g) for g in runtime.shard.describe_classic_groups(
                     rq.DescribeGroupsRequest(tuple(ids), ops, version)).groups)

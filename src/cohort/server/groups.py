@@ -241,6 +241,12 @@ class GroupCoordinator:
             logs = upstream.group_logs(self.upstream, server.config["upstream.groups.topic"],
                                        server.config["upstream.cluster.name"], len(logs),
                                        server.config["upstream.request.timeout.ms"] / 1000)
+        # Shared: the instances of a cohort cluster split the shards through the upstream's group
+        # membership (`cohort.upstream.membership`); a shard is served once assigned here.
+        self.shared = bool(self.upstream) and server.config["upstream.forward"] and server.config["upstream.membership"]
+        self.membership: Any = None  # the proxy's `Membership`, once this instance joined its cluster
+        self.topic_ready = asyncio.Event()  # the shards' upstream topic exists
+        self._taking: dict[int, asyncio.Task] = {}  # shard -> its load after being assigned here
         self._assignors = assignors
         for p, clog in enumerate(logs):
             shard = self._new_shard()
@@ -255,6 +261,8 @@ class GroupCoordinator:
                 before_expiry=self._refresh_snapshot, timer_period=self._snapshot_period,
                 on_lost=lambda reason, fenced, p=p: self._lost(p, fenced)))
         self.shards = [r.shard for r in self.runtimes]
+        for r in self.runtimes:
+            r.owned = not self.shared
         self._index = {id(r): p for p, r in enumerate(self.runtimes)}  # runtime -> its partition
         self._placed: dict[str, CoordinatorRuntime] = {}  # group id -> its shard's runtime (a cache)
         self._stale = set(range(len(self.runtimes)))  # shards whose topic image is out of date
@@ -279,6 +287,8 @@ class GroupCoordinator:
     async def _reload(self, p: int) -> None:
         runtime = self.runtimes[p]
         await asyncio.sleep(UPSTREAM_RETRY_S)
+        if not runtime.owned or runtime.loaded:  # handed over, or taken again, meanwhile
+            return
         runtime.reset(self._new_shard())  # a failed load replays nothing, so one fresh shard does
         self.shards[p] = runtime.shard
         self._stale.add(p)
@@ -315,8 +325,12 @@ class GroupCoordinator:
         return self.runtime_for(group_id).shard
 
     def serving(self, group_id: str) -> bool:
-        """The group's shard has loaded (else: COORDINATOR_LOAD_IN_PROGRESS)."""
+        """The group's shard is served from here (else: `unserved`)."""
         return self.runtime_for(group_id).loaded
+
+    def unserved(self, group_id: str) -> tuple[int, str]:
+        """(error code, message) for a group whose shard is not served here: loading, or another instance's."""
+        return self.runtime_for(group_id).unserved
 
     def by_runtime(self, group_ids: Any) -> dict[CoordinatorRuntime, list[str]]:
         """Group ids by the runtime of their shard, in shard order (ids keep their order)."""
@@ -338,6 +352,9 @@ class GroupCoordinator:
 
         if self.upstream is not None:
             await self._upstream_topic()
+            self.topic_ready.set()
+            if self.shared:
+                return  # each shard loads once the cohort cluster assigns it here (`acquire`)
 
         totals = await asyncio.gather(*(one(r) for r in self.runtimes))
         await self._refresh_snapshot(now_ms())
@@ -347,9 +364,55 @@ class GroupCoordinator:
                  sum(c for c, _ in totals), sum(s for _, s in totals), time.monotonic() - started,
                  len(self.runtimes), sum(len(s.state.groups) for s in self.shards))
 
+    async def acquire(self, shards: list[int]) -> None:
+        """Shared: the cohort cluster assigned these shards here. Each is loaded (its upstream
+        log fences the previous owner first) and served; returns once all are."""
+        tasks = []
+        for p in shards:
+            self.runtimes[p].owned = True
+            task = self._taking.get(p)
+            if task is None or task.done():
+                task = self._taking[p] = self.server.spawn(self._take(p))
+            tasks.append(task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.loaded = True  # ready: this instance serves what it was given
+        self.changes.everything()
+
+    async def _take(self, p: int) -> None:
+        runtime = self.runtimes[p]
+        if runtime.loaded:
+            return
+        if runtime.lost:  # fenced while it was here before: start afresh
+            runtime.reset(self._new_shard())
+            self.shards[p] = runtime.shard
+        self._stale.add(p)
+        started = time.monotonic()
+        count, _ = await self._load_retrying(runtime)
+        log.info("%s: served from here (%d records loaded in %.2f s)", runtime.name, count, time.monotonic() - started)
+        self.server.spawn(runtime.timer_loop())
+
+    async def release(self, shards: list[int]) -> None:
+        """Shared: these shards go to another instance. Each stops being served here (requests
+        get NOT_COORDINATOR) and its appends in flight finish before this returns."""
+        for p in shards:
+            runtime = self.runtimes[p]
+            task = self._taking.pop(p, None)
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await runtime.hand_over(self._new_shard())
+            self.shards[p] = runtime.shard
+            self._stale.add(p)
+            log.info("%s: handed over", runtime.name)
+        self.changes.everything()
+
     async def unload(self) -> None:
         """Shutdown hook: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded);
-        upstream logs finish their appends in flight and let their clients go."""
+        upstream logs finish their appends in flight and let their clients go. A shared instance
+        leaves its cohort cluster first, handing every shard over."""
+        if self.membership is not None:
+            await self.membership.stop()
         self.loaded = False
         for runtime in self.runtimes:
             runtime.unload()
@@ -501,7 +564,10 @@ class GroupCoordinator:
         """Run ``fn`` (a read of committed state) once the shards of these groups (None: every
         shard) are free: now if they are, else in the connection's order, holding their locks
         (taken in shard order)."""
-        runtimes = self.runtimes if group_ids is None else list(self.by_runtime(group_ids))
+        return self.read_on(ctx, self.runtimes if group_ids is None else list(self.by_runtime(group_ids)), fn)
+
+    def read_on(self, ctx: Any, runtimes: list[CoordinatorRuntime], fn: Callable[[], Any]) -> Any:
+        """`read` on these shards."""
         if len(runtimes) == 1:
             return runtimes[0].read(ctx, fn)
         if not any(r.lock.locked() for r in runtimes) and self.order.idle(ctx):
@@ -524,7 +590,7 @@ class GroupCoordinator:
             encoder = self._hb[req.version] = wire.HeartbeatEncoder(resp_type)
         runtime = self.runtime_for(req.body.group_id)
         if not runtime.loaded:
-            return wire.heartbeat_error(resp_type, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
+            return wire.heartbeat_error(resp_type, *runtime.unserved)
         if ctx.server.authorizer is not None:  # Kafka: READ on the group, DESCRIBE on every subscribed topic
             if not ctx.authorize(acls.READ, acls.GROUP, req.body.group_id):
                 return wire.heartbeat_error(resp_type, Errors.GROUP_AUTHORIZATION_FAILED, None)
@@ -543,15 +609,14 @@ class GroupCoordinator:
         body, resp = req.body, req.codec.response_type
         ids = tuple(body.group_ids)
         if not any(self.serving(g) for g in ids) and ids:
-            return wire.consumer_group_describe_error(resp, ids, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
+            return wire.consumer_group_describe_error(resp, ids, *self.unserved(ids[0]))
         allowed = tuple(g for g in ids if ctx.authorize(acls.DESCRIBE, acls.GROUP, g))
 
         def describe() -> Any:
             found = {}
             for runtime, group_ids in self.by_runtime(allowed).items():
                 if not runtime.loaded:
-                    found.update((g, rq.DescribedGroup(g, Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING))
-                                 for g in group_ids)
+                    found.update((g, rq.DescribedGroup(g, *runtime.unserved)) for g in group_ids)
                     continue
                 request = rq.ConsumerGroupDescribeRequest(tuple(group_ids), body.include_authorized_operations)
                 found.update((g.group_id, g) for g in runtime.shard.describe_groups(request).groups)
@@ -567,13 +632,15 @@ class GroupCoordinator:
 
     def list_groups(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp = req.body, req.codec.response_type
-        if not all(r.loaded for r in self.runtimes):  # Kafka: a shard's failure is the answer's error
+        # Kafka: the shards this coordinator owns; one still loading makes the answer's error
+        owned = [r for r in self.runtimes if r.owned]
+        if not all(r.loaded for r in owned):
             return wire.list_groups_response(resp, rq.ListGroupsResponse((), Errors.COORDINATOR_LOAD_IN_PROGRESS))
         request = rq.ListGroupsRequest(tuple(getattr(body, "states_filter", ())), tuple(getattr(body, "types_filter", ())))
         everything = ctx.authorize(acls.DESCRIBE, acls.CLUSTER, acls.CLUSTER_NAME)
 
         def listed() -> Any:
-            parts = [s.list_groups(request) for s in self.shards]
+            parts = [r.shard.list_groups(request) for r in owned] or [rq.ListGroupsResponse(())]
             r = parts[0] if len(parts) == 1 else rq.ListGroupsResponse(
                 tuple(sorted((g for part in parts for g in part.groups), key=lambda g: g.group_id)))
             if not everything:  # Kafka: only the groups the principal may describe
@@ -581,7 +648,7 @@ class GroupCoordinator:
                                           r.error_code)
             return wire.list_groups_response(resp, r)
 
-        return self.read(ctx, None, listed)
+        return self.read_on(ctx, owned, listed)
 
     # --- DeleteGroups (42) -------------------------------------------------------------------
 
@@ -592,7 +659,7 @@ class GroupCoordinator:
             return wire.delete_groups_response(resp, [(g, code) for g in names])
 
         if names and not any(self.serving(g) for g in names):
-            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+            return fail(*self.unserved(names[0]))
         allowed = tuple(g for g in names if ctx.authorize(acls.DELETE, acls.GROUP, g))
 
         def answer(r: Any) -> Any:
@@ -634,7 +701,7 @@ class GroupCoordinator:
 
         runtime = self.runtime_for(body.group_id)
         if not runtime.loaded:
-            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+            return fail(*runtime.unserved)
         if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         if rejected and not request.topics:
@@ -652,12 +719,12 @@ class GroupCoordinator:
             return None if topic is None else topic.id
 
         if not any(self.serving(r.group_id) for r, _ in groups):
-            loading = [(ids, rq.OffsetFetchResponse(r.group_id, (), Errors.COORDINATOR_LOAD_IN_PROGRESS))
+            loading = [(ids, rq.OffsetFetchResponse(r.group_id, (), self.unserved(r.group_id)[0]))
                        for r, ids in groups]
             if version < 2:  # no group-level error: every partition carries it
                 r = groups[0][0]
                 loading = [({}, rq.OffsetFetchResponse(r.group_id, tuple(
-                    rq.FetchedTopic(t.name, tuple(rq.FetchedPartition(p, error_code=Errors.COORDINATOR_LOAD_IN_PROGRESS)
+                    rq.FetchedTopic(t.name, tuple(rq.FetchedPartition(p, error_code=self.unserved(r.group_id)[0])
                                                   for p in t.partitions)) for t in r.topics or ())))]
             return wire.offset_fetch_response(resp, version, loading, names_to_ids)
 
@@ -671,8 +738,8 @@ class GroupCoordinator:
                                                       for p in t.partitions)) for t in r.topics or ()))
                 return rq.OffsetFetchResponse(r.group_id, (), Errors.GROUP_AUTHORIZATION_FAILED)
             runtime = self.runtime_for(r.group_id)
-            if not runtime.loaded:  # another group's shard is serving; this one is not yet
-                return rq.OffsetFetchResponse(r.group_id, (), Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            if not runtime.loaded:  # another group's shard is serving; this one is not (yet)
+                return rq.OffsetFetchResponse(r.group_id, (), runtime.unserved[0])
             out = runtime.shard.fetch_offsets(r)
             if ctx.server.authorizer is None:
                 return out
@@ -697,7 +764,7 @@ class GroupCoordinator:
             return wire.offset_delete_response(resp, rq.OffsetDeleteResponse((), code, message))
 
         if not self.serving(req.body.group_id):
-            return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, "")
+            return fail(*self.unserved(req.body.group_id))
         if not ctx.authorize(acls.DELETE, acls.GROUP, req.body.group_id):
             return fail(Errors.GROUP_AUTHORIZATION_FAILED, "")
         denied = {t.name for t in req.body.topics if not ctx.authorize(acls.READ, acls.TOPIC, t.name)}
@@ -724,7 +791,7 @@ class GroupConfigs:
 
     def _check(self, name: str) -> None:
         if not self.coordinator.serving(name):
-            raise BrokerError(Errors.COORDINATOR_LOAD_IN_PROGRESS, wire.LOADING)
+            raise BrokerError(*self.coordinator.unserved(name))
         if not name or not name.strip():
             raise BrokerError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
 

@@ -73,6 +73,10 @@ class RecordLog(Protocol):
         """``callback(reason, fenced)`` runs if the log can no longer be appended to: another
         owner took it over (fenced), or it failed in a way only a fresh load repairs."""
 
+    async def close(self) -> None:
+        """The shard is handed over: let appends in flight finish and release what the log
+        holds; `open` takes it again later."""
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -186,6 +190,8 @@ class CoordinatorRuntime:
         self._wake = asyncio.Event()
         self._sleep_until: int | None = None
         self.lost = False  # the log was taken over: the shard is not served from here again
+        self.owned = True  # False: another instance of the cohort cluster owns the shard
+        self._generation = 0  # loads so far: a timer task ends when its load is over
         log.on_lost(self._lost)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -207,8 +213,18 @@ class CoordinatorRuntime:
             self._prepare_hook()
             self.shard.on_loaded(now_ms())
             self._log_end = self.log.end_offset
+            self._generation += 1
             self.loaded = True
         return count, skipped
+
+    @property
+    def unserved(self) -> tuple[int, str]:
+        """The error (code, message) a request gets while the shard is not served from here:
+        NOT_COORDINATOR once it belongs elsewhere (taken over, or another instance's), else
+        COORDINATOR_LOAD_IN_PROGRESS."""
+        if not self.owned or (self.lost and getattr(self.log, "fenced", False)):
+            return Errors.NOT_COORDINATOR, "This is not the correct coordinator."
+        return Errors.COORDINATOR_LOAD_IN_PROGRESS, self._loading_message
 
     def _lost(self, reason: str, fenced: bool = True) -> None:
         log.error("%s: no longer served from here: %s", self.name, reason)
@@ -223,6 +239,9 @@ class CoordinatorRuntime:
             raise RuntimeError(f"{self.name} is loaded")
         self.shard = shard
         self.lost = False
+        for entry in self._inflight:  # writes whose fate the old shard's log never told
+            if not entry.durable.done():
+                entry.durable.set_result(False)
         self._inflight.clear()
         self._tail = None
         self._parked.clear()
@@ -233,6 +252,17 @@ class CoordinatorRuntime:
         if self.loaded:
             self.loaded = False
             self._release(self.shard.unload())
+            self._wake.set()  # the timer task ends
+
+    async def hand_over(self, shard: Any) -> None:
+        """Stop serving the shard because another instance takes it: wait for the work holding
+        it, unload (parked requests get NOT_COORDINATOR), let the appends in flight finish and
+        the log go, and keep ``shard`` (fresh) for a later `load`."""
+        async with self.lock:
+            self.owned = False
+            self.unload()
+        await self.log.close()
+        self.reset(shard)
 
     # --- exclusive access, durability --------------------------------------------------------
 
@@ -367,7 +397,7 @@ class CoordinatorRuntime:
     async def _write_waiting(self, req: Any, answer: Callable[[Any], Any], fail: Callable[[int, str], Any]) -> Any:
         async with self.lock:
             if not self.loaded:
-                return fail(Errors.COORDINATOR_LOAD_IN_PROGRESS, self._loading_message)
+                return fail(*self.unserved)
             self.prepare()
             if self._needs_offload(req):
                 result = await self._offload(self.shard.handle, req, now_ms())
@@ -417,8 +447,10 @@ class CoordinatorRuntime:
             self._wake.set()
 
     async def timer_loop(self) -> None:
-        """Sleep until the shard's next deadline (or an earlier one is scheduled), then expire."""
-        while not self.lost:
+        """Sleep until the shard's next deadline (or an earlier one is scheduled), then expire;
+        ends when the shard is unloaded."""
+        generation = self._generation
+        while not self.lost and self.loaded and self._generation == generation:
             async with self.lock:
                 deadline = self.shard.next_deadline()
             self._sleep_until = deadline
@@ -436,7 +468,7 @@ class CoordinatorRuntime:
             async with self.lock:
                 now = now_ms()
                 deadline = self.shard.next_deadline()
-                if self.lost or deadline is None or deadline > now:
+                if self.lost or not self.loaded or deadline is None or deadline > now:
                     continue
                 self.prepare()
                 if self._heavy_expiry(now):

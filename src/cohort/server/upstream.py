@@ -44,6 +44,7 @@ from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unpref
 from cohort.server.listeners import Listener
 from cohort.upstream.cluster import UpstreamCluster
 from cohort.upstream.forward import BrokerConnection, ConnectionRoutes, UpstreamGone, produce_acks
+from cohort.upstream.membership import ClusterView, Instance, Membership
 from cohort.upstream.mirror import OffsetMirror
 
 if TYPE_CHECKING:
@@ -106,11 +107,13 @@ class UpstreamProxy:
         self._progress = asyncio.Event()  # set (and replaced) when a refresh finishes
         self._routes: dict[int, ConnectionRoutes] = {}  # id(client connection) -> its upstream connections
         self._local_api_versions = server.apis.lookup(API_VERSIONS, 0)
+        self.membership: Membership | None = None  # shared: this instance's seat in its cohort cluster
 
     # --- keeping up with the upstream ------------------------------------------------------------
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        self.server.spawn(self._join())
         if self.server.config["upstream.mirror.offsets"]:
             groups = self.server.group_coordinator  # type: ignore[attr-defined]
             mirror = OffsetMirror(self.client, groups.changes.subscribe(), groups.committed_offsets, groups.group_ids,
@@ -148,6 +151,80 @@ class UpstreamProxy:
                 await asyncio.wait_for(self._wanted.wait(), self.refresh_s)
             except asyncio.TimeoutError:
                 pass
+
+    async def _join(self) -> None:
+        """Shared: once the upstream's brokers have their ports here and the shards' topic exists,
+        join the cohort cluster's group on the upstream; its assignment says which shards to serve."""
+        groups = self.server.group_coordinator  # type: ignore[attr-defined]
+        if not groups.shared:
+            return
+        await self.ready.wait()
+        await groups.topic_ready.wait()
+        config = self.server.config
+        host, port = self.server.endpoint(self.server.listeners[0])
+        me = Instance(self.coordinator_id, host, port, dict(self.node_ports))
+        self.membership = Membership(
+            self.client, config["upstream.cluster.name"], config["upstream.groups.topic"], me,
+            acquire=groups.acquire, release=groups.release,
+            session_timeout_ms=config["upstream.membership.session.timeout.ms"], timeout_s=self.cluster_timeout_s)
+        groups.membership = self.membership
+        self.membership.start()
+        log.info("joined cohort cluster %s on the upstream as coordinator node %d", self.membership.group,
+                 self.coordinator_id)
+        await self.membership.follow()
+
+    # --- where clients are sent -----------------------------------------------------------------
+
+    def _view(self) -> ClusterView:
+        return self.membership.view if self.membership is not None else ClusterView()
+
+    def broker_endpoint(self, node_id: int) -> tuple[str, int]:
+        """Where clients reach upstream broker ``node_id``: through the instance every instance
+        of the cluster names for it (`ClusterView.broker_instance`), else through this one."""
+        chosen = self._view().broker_instance(node_id)
+        if chosen is not None:
+            return chosen.host, chosen.brokers[node_id]
+        host, _ = self.server.endpoint(self.server.listeners[0])
+        return host, self.node_ports[node_id]
+
+    def coordinators(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every group coordinator instance clients may be sent to."""
+        host, port = self.server.endpoint(self.server.listeners[0])
+        found = {self.coordinator_id: (host, port)}
+        for i in self._view().instances:
+            found.setdefault(i.node_id, (i.host, i.port))
+        return [(n, h, p) for n, (h, p) in sorted(found.items())]
+
+    def group_coordinator(self, group_id: str) -> tuple[int, int, str, int]:
+        """(error, node id, host, port) of the instance serving ``group_id``'s shard: this one
+        unless shared; in a cohort cluster its owner, COORDINATOR_NOT_AVAILABLE while it has none."""
+        host, port = self.server.endpoint(self.server.listeners[0])
+        groups = self.server.group_coordinator  # type: ignore[attr-defined]
+        if not groups.shared:
+            return ErrorCode.none, self.coordinator_id, host, port
+        shard = groups.partition_of(groups.runtime_for(group_id))
+        if self.membership is not None:
+            if shard in self.membership.owned:
+                return ErrorCode.none, self.coordinator_id, host, port
+            owner = self.membership.view.owner(shard)
+            if owner is not None and owner.node_id != self.coordinator_id:
+                return ErrorCode.none, owner.node_id, owner.host, owner.port
+        return ErrorCode.coordinator_not_available, -1, "", -1
+
+    def _find_coordinator(self, request: Any) -> Any:
+        """FindCoordinator for groups, answered here whichever port it came to."""
+        body, resp = request.body, request.codec.response_type
+        if has_field(resp, "coordinators"):
+            entry = nested(resp, "coordinators")
+            coords = []
+            for key in body.coordinator_keys:
+                error, node, host, port = self.group_coordinator(key)
+                coords.append(build(entry, key=key, node_id=node, host=host, port=port, error_code=error,
+                                    error_message=None))
+            return build(resp, throttle_time=datetime.timedelta(0), coordinators=tuple(coords))
+        error, node, host, port = self.group_coordinator(body.key)
+        return build(resp, throttle_time=datetime.timedelta(0), error_code=error, error_message=None, node_id=node,
+                     host=host, port=port)
 
     async def refresh(self) -> None:
         """Return once a refresh of the upstream's topics begun after this call has finished
@@ -222,7 +299,7 @@ class UpstreamProxy:
         if api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
             request = decode_request(frame, self.server.table)
             if api_key == FIND_COORDINATOR and getattr(request.body, "key_type", GROUP_KEY) == GROUP_KEY:
-                return None
+                return correlation_id, request.codec, self._find_coordinator(request)
         if api_key == PRODUCE and produce_acks(frame, version) == 0:
             asyncio.ensure_future(self._forward(ctx, node, api_key, frame, None, expect_answer=False))
             return correlation_id, None, NO_RESPONSE
@@ -254,22 +331,27 @@ class UpstreamProxy:
     def _rewrite(self, ctx: "RequestContext", request: Any, answer: bytes) -> bytes:
         """Metadata, DescribeCluster, FindCoordinator: upstream addresses become cohort's."""
         correlation_id, body = decode_response(request.api_key, request.version, answer)
-        host, port = self.server.endpoint(self.server.listeners[0])
         resp = request.codec.response_type
         if request.api_key == FIND_COORDINATOR:
             if has_field(resp, "coordinators"):
                 coords = tuple(c if c.node_id < 0 or c.node_id not in self.node_ports else
-                               dataclasses.replace(c, host=host, port=self.node_ports[c.node_id])
+                               dataclasses.replace(c, **dict(zip(("host", "port"), self.broker_endpoint(c.node_id))))
                                for c in body.coordinators)
                 body = dataclasses.replace(body, coordinators=coords)
             elif body.node_id >= 0 and body.node_id in self.node_ports:
-                body = dataclasses.replace(body, host=host, port=self.node_ports[body.node_id])
+                host, port = self.broker_endpoint(body.node_id)
+                body = dataclasses.replace(body, host=host, port=port)
         else:
             id_field = "node_id" if request.api_key == METADATA else "broker_id"
-            brokers = [dataclasses.replace(b, host=host, port=self.node_ports[getattr(b, id_field)])
-                       for b in body.brokers if getattr(b, id_field) in self.node_ports]
+            brokers = []
+            for b in body.brokers:
+                node = getattr(b, id_field)
+                if node in self.node_ports:
+                    host, port = self.broker_endpoint(node)
+                    brokers.append(dataclasses.replace(b, host=host, port=port))
             entry = nested(resp, "brokers")
-            brokers.append(build(entry, **{id_field: self.coordinator_id, "host": host, "port": port, "rack": None}))
+            brokers.extend(build(entry, **{id_field: node, "host": host, "port": port, "rack": None})
+                           for node, host, port in self.coordinators())
             body = dataclasses.replace(body, brokers=tuple(brokers))
         return encode_response(correlation_id, request.codec, body)
 

@@ -100,7 +100,10 @@ class BrokerCollector:
             bumps.add_metric([kind], n)
         ready = GaugeMetricFamily("cohort_coordinator_loaded", "1 once the group coordinator has replayed its log.")
         ready.add_metric([], 1 if coordinator.loaded else 0)
-        yield from (append, fsync, assignor, bumps, ready)
+        served = GaugeMetricFamily("cohort_coordinator_shards_served", "Group coordinator shards served from this "
+                                   "instance now (in a cohort cluster, the ones its membership assigned here).")
+        served.add_metric([], sum(1 for r in coordinator.runtimes if r.loaded))
+        yield from (append, fsync, assignor, bumps, ready, served)
 
 def registry_for(server: Any) -> CollectorRegistry:
     """A registry holding only the broker's collector (not the client library's process globals)."""

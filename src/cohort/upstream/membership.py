@@ -1,0 +1,238 @@
+"""Several cohort instances in front of one upstream share the group coordinator's shards through
+the upstream's own group membership: the upstream is the election, cohort builds none.
+
+Every instance of cohort cluster ``C`` is a member of the classic consumer group ``cohort-C`` on
+the upstream, subscribed to the shards' topic (``upstream.groups.topic``) with the
+cooperative-sticky assignor. The partitions the group assigns an instance are the shards it
+owns: it loads a shard when it is assigned (the upstream log fences the previous owner first)
+and unloads it before giving it back, so a shard moves without being served twice. The assigned
+partitions are paused at once: nothing is ever fetched through this membership.
+
+* **Endpoints.** An instance describes itself in its member's client id (`Instance.client_id`):
+  its coordinator node id and address, and its port for each upstream broker. Every instance
+  reads the group (DescribeGroups through the admin client) after each rebalance and
+  periodically, so all of them know which instance owns which shard (`ClusterView`).
+* **Losing a shard without being told.** Classic membership is no lease. An instance cut off
+  from the upstream does not hear that its shards moved; librdkafka ends the session itself when
+  no heartbeat succeeded for ``session.timeout.ms`` (``rd_kafka_cgrp_session_timeout_check``)
+  and reports the partitions lost, which unloads the shards here on the instance's own deadline.
+  Writes of a zombie in the meantime are refused by the upstream (fenced); reads are bounded by
+  that deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("cohort.upstream")
+
+PREFIX = "cohort"  # first field of an instance's client id
+DESCRIBE_PERIOD_S = 2.0  # how often the group is read again without a rebalance
+HANDOVER_TIMEOUT_S = 60.0  # longest an unload may hold up the membership (it answers the rebalance)
+
+
+def membership_group(cluster: str) -> str:
+    """The upstream consumer group whose members are the instances of cohort cluster ``cluster``."""
+    return f"cohort-{cluster}"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One cohort instance as the others see it."""
+
+    node_id: int  # the node id clients see for its coordinator
+    host: str
+    port: int  # its coordinator (group API) listener
+    brokers: Mapping[int, int] = field(default_factory=dict)  # upstream node id -> its port for that broker
+
+    def client_id(self) -> str:
+        ports = ",".join(f"{n}:{p}" for n, p in sorted(self.brokers.items()))
+        return f"{PREFIX};{self.node_id};{self.host};{self.port};{ports}"
+
+    @classmethod
+    def parse(cls, client_id: str) -> "Instance | None":
+        """The instance a member's client id describes; None for anything else."""
+        parts = client_id.split(";")
+        if len(parts) != 5 or parts[0] != PREFIX:
+            return None
+        try:
+            brokers = {int(n): int(p) for n, p in (e.split(":") for e in parts[4].split(",") if e)}
+            return cls(int(parts[1]), parts[2], int(parts[3]), brokers)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Which instance owns which shard, as last read from the upstream group."""
+
+    instances: tuple[Instance, ...] = ()  # live instances, by node id
+    owners: Mapping[int, int] = field(default_factory=dict)  # shard -> owner's node id
+
+    def owner(self, shard: int) -> Instance | None:
+        node = self.owners.get(shard)
+        return next((i for i in self.instances if i.node_id == node), None)
+
+    def broker_instance(self, upstream_node: int) -> Instance | None:
+        """The instance through which every instance advertises upstream broker ``upstream_node``:
+        one choice all of them agree on (clients are never told two addresses for one node id),
+        spread over the instances that have a port for it."""
+        able = [i for i in self.instances if upstream_node in i.brokers]
+        return able[upstream_node % len(able)] if able else None
+
+    @classmethod
+    def of(cls, members: list[tuple[str, list[int]]]) -> "ClusterView":
+        """From (client id, assigned shards) of the group's members."""
+        instances: dict[int, Instance] = {}
+        owners: dict[int, int] = {}
+        for client_id, shards in members:
+            found = Instance.parse(client_id)
+            if found is None:
+                continue
+            if found.node_id in instances and instances[found.node_id] != found:
+                # a restarted instance and its predecessor (until that one's session times out), or
+                # two instances configured alike
+                log.warning("two members of the cohort cluster use coordinator node id %d "
+                            "(upstream.coordinator.node.id must differ per instance)", found.node_id)
+                if not shards:
+                    continue
+            instances[found.node_id] = found
+            for s in shards:
+                owners[s] = found.node_id
+        return cls(tuple(sorted(instances.values(), key=lambda i: i.node_id)), owners)
+
+
+class Membership:
+    """This instance's seat in its cohort cluster (see the module docstring). ``acquire(shards)``
+    and ``release(shards)`` are coroutines run on the event loop; a release finishes before the
+    shards are given back to the upstream group."""
+
+    def __init__(self, client: Mapping[str, Any], cluster: str, topic: str, me: Instance, *,
+                 acquire: Callable[[list[int]], Awaitable[None]], release: Callable[[list[int]], Awaitable[None]],
+                 session_timeout_ms: int, timeout_s: float) -> None:
+        self.group = membership_group(cluster)
+        self.topic, self.me = topic, me
+        self._client = dict(client)
+        self._acquire, self._release = acquire, release
+        self._session_timeout_ms = session_timeout_ms
+        self._timeout = timeout_s
+        self.view = ClusterView()
+        self.owned: set[int] = set()  # shards this instance holds, as the group last said
+        self.joined = asyncio.Event()  # set once the first assignment has been taken
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._changed = asyncio.Event()  # a rebalance happened: read the group again now
+        self._describer: concurrent.futures.ThreadPoolExecutor | None = None
+
+    # --- the event loop's side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="cohort-membership", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Leave the group: every shard is released first (the others take them over at once)."""
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        if self._describer is not None:
+            self._describer.shutdown(wait=False)
+
+    async def follow(self) -> None:
+        """Keep `view` current: after each rebalance, and every DESCRIBE_PERIOD_S."""
+        from confluent_kafka.admin import AdminClient
+
+        self._describer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-membership-view")
+        admin = AdminClient(dict(self._client))
+        loop = asyncio.get_running_loop()
+        unlisted = False
+        while not self._stop.is_set():
+            self._changed.clear()
+            try:
+                self.view = await loop.run_in_executor(self._describer, self._describe, admin)
+            except Exception as exc:  # noqa: BLE001 - keep the last view; read again soon
+                log.warning("cannot read the cohort cluster's group %s on the upstream: %s", self.group, exc)
+            else:
+                if self.joined.is_set() and not self.view.instances and not unlisted:
+                    unlisted = True  # Tansu 0.6 answers DescribeGroups with no members
+                    log.warning("the upstream's DescribeGroups does not list the members of %s: the instances of "
+                                "this cohort cluster cannot send clients to one another; run a single instance "
+                                "in front of this upstream", self.group)
+            try:
+                await asyncio.wait_for(self._changed.wait(), DESCRIBE_PERIOD_S)
+            except asyncio.TimeoutError:
+                pass
+
+    def _describe(self, admin: Any) -> ClusterView:
+        desc = admin.describe_consumer_groups([self.group], request_timeout=self._timeout)[self.group].result(
+            self._timeout)
+        members = []
+        for m in desc.members:
+            parts = m.assignment.topic_partitions if m.assignment is not None else []
+            members.append((m.client_id, [tp.partition for tp in parts if tp.topic == self.topic]))
+        return ClusterView.of(members)
+
+    async def _assigned(self, shards: list[int]) -> None:
+        self.owned.update(shards)
+        self._changed.set()
+        await self._acquire(shards)
+        self.joined.set()
+
+    async def _revoked(self, shards: list[int]) -> None:
+        self.owned.difference_update(shards)
+        self._changed.set()
+        await self._release(shards)
+
+    # --- the membership thread ---------------------------------------------------------------
+
+    def _call(self, coro: Awaitable[None], wait: bool) -> None:
+        assert self._loop is not None
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        if wait:
+            try:
+                fut.result(HANDOVER_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - the group must still hear back
+                log.error("releasing shards for the cohort cluster's group: %r", exc)
+
+    def _run(self) -> None:
+        import confluent_kafka as ck
+
+        def on_assign(consumer: Any, partitions: list) -> None:
+            consumer.incremental_assign(partitions)
+            if partitions:
+                consumer.pause(partitions)
+            shards = sorted(p.partition for p in partitions if p.topic == self.topic)
+            if shards:
+                log.info("cohort cluster %s: this instance takes shards %s", self.group, shards)
+            self._call(self._assigned(shards), wait=False)
+
+        def on_revoke(consumer: Any, partitions: list) -> None:
+            shards = sorted(p.partition for p in partitions if p.topic == self.topic)
+            if shards:
+                log.info("cohort cluster %s: this instance gives up shards %s", self.group, shards)
+                self._call(self._revoked(shards), wait=True)
+            consumer.incremental_unassign(partitions)
+
+        session = self._session_timeout_ms
+        consumer = ck.Consumer({
+            **self._client, "group.id": self.group, "client.id": self.me.client_id(),
+            "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False,
+            "enable.auto.offset.store": False, "auto.offset.reset": "latest",
+            "session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(1000, session // 10)),
+        })
+        consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+        try:
+            while not self._stop.is_set():
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is not None and msg.error().fatal():
+                    log.error("cohort cluster %s: %s", self.group, msg.error().str())
+        finally:
+            consumer.close()  # leaves the group; on_revoke releases every shard first

@@ -1,0 +1,276 @@
+"""Three cohort instances in front of one upstream (another `cohort serve`) share the group
+coordinator's shards through the upstream's group membership: groups spread over them; when one
+is killed -9 under load its groups move, no acknowledged commit is lost, no partition is ever
+owned by two members of a group at once, and consumption completes; a frozen instance whose
+shards moved away (a zombie) cannot append to them any more."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import threading
+import time
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_request_schema
+
+from cohort.coordinator.consumer_protocol import decode_assignment
+from cohort.protocol.entities import build, nested
+from cohort.server.testing import ServerProcess, WireClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+TOPIC, PARTITIONS, RECORDS = "stream", 6, 3000
+SHARDS = 6
+GROUPS_TOPIC, CLUSTER = "__cohort_groups_cluster", "trio"
+FAST = ("group.consumer.heartbeat.interval.ms=300", "group.consumer.min.heartbeat.interval.ms=100",
+        "group.consumer.session.timeout.ms=6000", "group.consumer.min.session.timeout.ms=1000",
+        "group.initial.rebalance.delay.ms=100", "group.min.session.timeout.ms=1000")
+NOT_COORDINATOR = 16
+
+
+def instance(path, upstream, node_id: int) -> ServerProcess:
+    path.mkdir(exist_ok=True)
+    return ServerProcess(path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
+                         f"offsets.topic.num.partitions={SHARDS}", f"upstream.groups.topic={GROUPS_TOPIC}",
+                         f"upstream.cluster.name={CLUSTER}", f"upstream.coordinator.node.id={node_id}",
+                         "upstream.membership.session.timeout.ms=6000", *FAST,
+                         log_path=str(path / "server.log")).start()
+
+
+def coordinator_of(port: int, group: str) -> int:
+    """The node id FindCoordinator names for ``group`` (-1 while its shard has no owner)."""
+    with WireClient(port) as w:
+        found = w.request(10, 3, build(load_request_schema(10, 3), key=group, key_type=0))
+    return found.node_id if found.error_code == 0 else -1
+
+
+def wait_for(what: str, check, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+class Group:
+    """Two members of one group reading every record, committing synchronously every few
+    records; what they saw, and every offset a commit acknowledged."""
+
+    def __init__(self, bootstrap: str, name: str, protocol: str) -> None:
+        self.name, self.protocol = name, protocol
+        conf = {"bootstrap.servers": bootstrap, "group.id": name, "group.protocol": protocol,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        if protocol == "classic":
+            conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        self.consumers = [ck.Consumer(conf) for _ in range(2)]
+        self.seen: set[tuple[int, int]] = set()
+        self.acked: dict[int, int] = collections.defaultdict(int)  # partition -> highest acknowledged commit
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(c,), daemon=True) for c in self.consumers]
+
+    def start(self) -> None:
+        for c in self.consumers:
+            c.subscribe([TOPIC])
+        for t in self.threads:
+            t.start()
+
+    def _run(self, c: ck.Consumer) -> None:
+        pending = 0
+        while not self.stop.is_set():
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                self.seen.add((m.partition(), m.offset()))
+                pending += 1
+            if pending >= 20 or (pending and m is None):
+                try:
+                    for tp in c.commit(asynchronous=False) or ():
+                        if tp.error is None and tp.offset >= 0:
+                            self.acked[tp.partition] = max(self.acked[tp.partition], tp.offset)
+                    pending = 0
+                except ck.KafkaException as exc:  # a coordinator moving: retried with the next batch
+                    self.errors.append(str(exc))
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+        for c in self.consumers:
+            c.close()
+
+
+def owned_twice(port: int, g: Group) -> list[str] | None:
+    """Partitions two members of the group hold at the same moment, per the describe APIs of the
+    group's coordinator (found through the instance on ``port``); None if the coordinator could
+    not answer (it is moving)."""
+    node_port = coordinator_port(port, g.name)
+    if node_port is None:
+        return None
+    try:
+        with WireClient(node_port, timeout=5) as w:
+            if g.protocol == "consumer":
+                (desc,) = w.request(69, 0, build(load_request_schema(69, 0), group_ids=(g.name,),
+                                                 include_authorized_operations=False)).groups
+                held = [(m.member_id, [p for t in m.assignment.topic_partitions for p in t.partitions])
+                        for m in desc.members]
+            else:
+                (desc,) = w.request(15, 5, build(load_request_schema(15, 5), groups=(g.name,),
+                                                 include_authorized_operations=False)).groups
+                held = [(m.member_id, [p for _, ps in decode_assignment(m.member_assignment).partitions for p in ps]
+                         if m.member_assignment else []) for m in desc.members]
+    except OSError:
+        return None
+    if desc.error_code != 0:
+        return None
+    found, owners = [], {}
+    for member, partitions in held:
+        for p in partitions:
+            if p in owners:
+                found.append(f"{g.name}: partition {p} held by {owners[p]} and {member}")
+            owners[p] = member
+    return found
+
+
+def coordinator_port(port: int, group: str) -> int | None:
+    try:
+        with WireClient(port, timeout=5) as w:
+            found = w.request(10, 3, build(load_request_schema(10, 3), key=group, key_type=0))
+    except OSError:
+        return None
+    return found.port if found.error_code == 0 else None
+
+
+def committed(bootstrap: str, group: str) -> dict[int, int]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed(
+            [ck.TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}
+    finally:
+        c.close()
+
+
+def test_three_instances_share_the_shards_move_a_killed_ones_groups_and_fence_a_zombie(tmp_path, upstream):
+    nodes = {1000001: "a", 1000002: "b", 1000003: "c"}
+    procs = {n: instance(tmp_path / name, upstream, n) for n, name in nodes.items()}
+    groups: list[Group] = []
+    producer_done = threading.Event()
+    try:
+        ports = {n: p.port for n, p in procs.items()}
+        everyone = ",".join(p.bootstrap for p in procs.values())
+        probe = [f"group-{i}" for i in range(24)]
+        wait_for("the shards were not spread over the three instances",
+                 lambda: {coordinator_of(ports[1000001], g) for g in probe} == set(nodes))
+        for g in probe:  # every instance names the same owner
+            assert len({coordinator_of(port, g) for port in ports.values()}) == 1
+
+        admin = AdminClient({"bootstrap.servers": everyone})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(20)
+        producer = ck.Producer({"bootstrap.servers": everyone, "linger.ms": 5})
+
+        def produce() -> None:
+            for i in range(RECORDS):
+                producer.produce(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+                if i % 100 == 99:  # about 15 s of load: before, during and after the move
+                    producer.poll(0)
+                    time.sleep(0.5)
+            producer.flush(60)
+            producer_done.set()
+
+        threading.Thread(target=produce, daemon=True).start()
+        groups = [Group(everyone, "k1", "consumer"), Group(everyone, "k2", "consumer"), Group(everyone, "c1", "classic")]
+        for g in groups:
+            g.start()
+        victim = coordinator_of(ports[1000001], "k1")
+        assert victim in nodes
+        wait_for("nothing consumed before the kill", lambda: all(len(g.seen) >= 300 for g in groups))
+
+        violations: list[str] = []
+        samples: list[tuple[float, str]] = []
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.is_set():
+                for g in groups:
+                    for port in [p for n, p in ports.items() if n != victim or not killed]:
+                        seen = owned_twice(port, g)
+                        if seen is not None:
+                            violations.extend(seen)
+                            samples.append((time.monotonic(), g.name))
+                            break
+                time.sleep(0.1)
+
+        killed = False
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        wait_for("the describe APIs were not sampled", lambda: len(samples) >= 3 * len(groups))
+        acked_before = {g.name: dict(g.acked) for g in groups}
+        procs[victim].proc.send_signal(signal.SIGKILL)
+        procs[victim].proc.wait()
+        killed, killed_at = True, time.monotonic()
+        survivors = [n for n in nodes if n != victim]
+        wait_for("k1's shard did not move", lambda: coordinator_of(ports[survivors[0]], "k1") in survivors, 30)
+        moved_after = time.monotonic() - killed_at
+        # nothing a commit acknowledged before the kill is lost with the instance
+        after = committed(procs[survivors[0]].bootstrap, "k1")
+        assert all(after[p] >= o for p, o in acked_before["k1"].items()), (acked_before["k1"], after)
+
+        wait_for("the producer did not finish", producer_done.is_set, 90)
+        wait_for("consumption did not complete",
+                 lambda: all(len(g.seen) == RECORDS for g in groups), 120)
+        sampling.set()
+        sampler.join(10)
+        for g in groups:
+            g.close()
+        assert violations == []
+        for g in groups:  # each group sampled after the kill too, the moved one once it served again
+            assert sum(1 for t, name in samples if name == g.name and t > killed_at) >= 5, (g.name, samples)
+        survivor = procs[survivors[0]].bootstrap
+        for g in groups:
+            assert committed(survivor, g.name) == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}, g.name
+        assert moved_after < 6 + 2 + 3  # session timeout + 2 s, and the time to find it out here
+
+        # The killed instance comes back with an empty data dir and takes its share again.
+        procs[victim].stop()
+        procs[victim] = instance(tmp_path / f"{nodes[victim]}2", upstream, victim)
+        ports[victim] = procs[victim].port
+        wait_for("the restarted instance took no shards",
+                 lambda: {coordinator_of(ports[survivors[0]], g) for g in probe} == set(nodes))
+
+        # A zombie: freeze an instance until its shards have moved, then hand it a commit of a
+        # group it used to coordinate before it notices. The commit must not land.
+        zombie = survivors[1]
+        group = next(g for g in probe if coordinator_of(ports[zombie], g) == zombie)
+        setter = ck.Consumer({"bootstrap.servers": everyone, "group.id": group})
+        setter.commit(offsets=[ck.TopicPartition(TOPIC, 0, 10)], asynchronous=False)
+        setter.close()
+        procs[zombie].proc.send_signal(signal.SIGSTOP)
+        try:
+            others = [n for n in nodes if n != zombie]
+            wait_for("the frozen instance's shards did not move",
+                     lambda: coordinator_of(ports[others[0]], group) in others, 30)
+            assert committed(procs[others[0]].bootstrap, group)[0] == 10  # its new owner has loaded it
+            body = build(load_request_schema(8, 8), group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                         group_instance_id=None, topics=(build(nested(load_request_schema(8, 8), "topics"), name=TOPIC,
+                         partitions=(build(nested(nested(load_request_schema(8, 8), "topics"), "partitions"),
+                                           partition_index=0, committed_offset=99, committed_leader_epoch=-1,
+                                           committed_metadata=""),)),))
+            w = WireClient(ports[zombie], timeout=30)  # the kernel accepts while the process is frozen
+            w.send_raw(w.encode(8, 8, body))
+        finally:
+            procs[zombie].proc.send_signal(signal.SIGCONT)
+        frame = w.recv_frame()
+        w.close()
+        _, answer = w.decode(8, 8, frame)
+        assert answer.topics[0].partitions[0].error_code == NOT_COORDINATOR
+        assert committed(procs[others[0]].bootstrap, group)[0] == 10
+        wait_for("the zombie did not rejoin", lambda: {coordinator_of(ports[others[0]], g) for g in probe} == set(nodes))
+        assert committed(everyone, group)[0] == 10
+    finally:
+        producer_done.set()
+        for g in groups:
+            g.close()
+        for p in procs.values():
+            p.proc is not None and p.proc.poll() is None and p.proc.send_signal(signal.SIGCONT)
+            p.stop()
