@@ -27,6 +27,7 @@ from itertools import chain
 from operator import attrgetter, methodcaller
 
 import numpy as np
+import numpy.ma  # noqa: F401 - numpy 2.4 imports it lazily inside the first np.unique (6-9 ms, measured): not in a request
 
 from cohort.assignors._uniform_common import ints, known_topics, partition_tuple, reuse, singles
 from cohort.assignors._uniform_small import SMALL_MEMBERS, SMALL_PARTITIONS, assign_homogeneous_small

@@ -225,13 +225,16 @@ class ConsumerGroup:
         return names
 
     def member_topic_names(self, member: ConsumerGroupMember) -> frozenset[str]:
-        regex = member.subscribed_topic_regex
+        return self.member_topic_names_of(member.subscribed_topic_names, member.subscribed_topic_regex)
+
+    def member_topic_names_of(self, names: frozenset[str], regex: str | None) -> frozenset[str]:
+        """The topics a subscription to ``names`` and ``regex`` (as resolved now) covers."""
         if not regex:
-            return member.subscribed_topic_names
+            return names
         resolved = self.resolved_regexes.get(regex)
         if resolved is None:
-            return member.subscribed_topic_names
-        return member.subscribed_topic_names | resolved.topics
+            return names
+        return names | resolved.topics
 
     def preferred_assignor(self, order: Iterable[str]) -> str | None:
         """The most common server assignor among members; ties go to the earlier configured one."""
@@ -535,6 +538,7 @@ class ShardState:
             regex = key.regex  # type: ignore[attr-defined]
             old_regex = group.resolved_regexes.get(regex)
             group.spec_cache = {}
+            group.spec_topic_ids = {}
             if track and old_regex is not None:
                 inverse = ConsumerGroupRegularExpressionValue(tuple(sorted(old_regex.topics)), old_regex.version,
                                                               old_regex.timestamp)

@@ -108,9 +108,10 @@ def _member_specs(group: ConsumerGroup, image: MetadataImage) -> dict[str, Membe
     regex resolution invalidates the whole cache.
     """
     if group.spec_image is not image:
+        if not _same_topic_ids(group.spec_topic_ids, group, image):
+            group.spec_cache = {}
+            group.spec_topic_ids = {}
         group.spec_image = image
-        group.spec_cache = {}
-        group.spec_topic_ids = {}
     cache = group.spec_cache
     if cache:
         members = dict(cache)
@@ -134,6 +135,25 @@ def _member_specs(group: ConsumerGroup, image: MetadataImage) -> dict[str, Membe
         members[member_id] = MemberSubscription(
             topic_ids, member.rack_id, member.instance_id, targets.get(member_id, EMPTY_ASSIGNMENT))
     return members
+
+
+def _same_topic_ids(ids_cache: dict, group: ConsumerGroup, image: MetadataImage) -> bool:
+    """Whether every subscription the cached specs were built from names the same topic ids in
+    ``image``: a new image only invalidates them if it touched a topic this group subscribes
+    to (any topic created or deleted anywhere makes a new image)."""
+    by_name = image.by_name
+    for (names, regex), topic_ids in ids_cache.items():
+        member_names = group.member_topic_names_of(names, regex)
+        if frozenset(by_name[n].topic_id for n in member_names if n in by_name) != topic_ids:
+            return False
+    return True
+
+
+def warm_specs(group: ConsumerGroup, image: MetadataImage) -> None:
+    """Build the assignor's view of every member now (after a load), so that the group's first
+    rebalance costs what later ones do instead of rebuilding it for every member."""
+    group.spec_cache = _member_specs(group, image)
+    group.spec_dirty.clear()
 
 
 def _subscription_type(members: Mapping[str, MemberSubscription]) -> SubscriptionType:
