@@ -3,6 +3,10 @@
 A shape is members x partitions-per-member x topics: total partitions = members * ratio, split
 evenly over the topics (as in JMH). Member ids are random UUID strings and topic ids random
 `uuid.UUID`s (seeded), as the coordinator passes them; every member gets its own subscription set.
+The spec lists members in member id order, as the coordinator hands them over (it keeps its view
+of a group in that order, joiners appended until they are a sixteenth of it); `--member-order
+random` lists them in the order their ids were drawn instead, as a caller that does not keep
+them in order would (the assignors sort the ids either way: only that sort's cost differs).
 
 * homogeneous: every member subscribes to every topic.
 * heterogeneous: Kafka's bucketed shape; members and topics are cut into 5 contiguous buckets
@@ -128,20 +132,26 @@ def subscriptions(case: Case, topic_ids: list, member_count: int) -> list[list]:
                       (i // members_per_bucket + 1) * topics_per_bucket] for i in range(member_count)]
 
 
+MEMBER_ORDER = "coordinator"  # --member-order
+
+
 def build_spec(case: Case, assignor) -> tuple[GroupSpec, TopicDescriber]:
     rng = random.Random(848)
     topic_ids, describer = build_topics(case, rng)
     member_ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(case.members)]
     topic_lists = subscriptions(case, topic_ids, case.members)
     members = {m: MemberSubscription(frozenset(topic_lists[i])) for i, m in enumerate(member_ids)}
+    if MEMBER_ORDER == "coordinator":
+        members = dict(sorted(members.items()))
     if not case.incremental:
         return GroupSpec.of(members), describer
     newcomer = member_ids[-1]
     first = assignor.assign(GroupSpec.of({m: s for m, s in members.items() if m != newcomer}), describer)
     members = {
         m: MemberSubscription(s.subscribed_topic_ids, assignment=first.get(m, {}))
-        for m, s in members.items()
+        for m, s in members.items() if m != newcomer
     }
+    members[newcomer] = MemberSubscription(frozenset(topic_lists[-1]))  # a joiner is appended
     return GroupSpec.of(members), describer
 
 
@@ -171,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small shapes, for a smoke test")
     parser.add_argument("--grid", action="store_true", help="also run a slice of the JMH grid")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per case (default 7)")
+    parser.add_argument("--member-order", choices=["coordinator", "random"], default="coordinator",
+                        help="members in member id order as the coordinator passes them (default), or as drawn")
     args = parser.parse_args(argv)
+    global MEMBER_ORDER
+    MEMBER_ORDER = args.member_order
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     names = args.assignor or ["uniform", "range", "lag"]

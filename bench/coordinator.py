@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import random
 import statistics
 import time
 import uuid
@@ -52,6 +53,7 @@ GROUP = "bench"
 # CPU time of this process: the machine is shared, and wall-clock time would also count the time
 # other processes hold the cores. `--wall` switches back to wall-clock time.
 CLOCK = time.process_time
+MEMBER_IDS = "uuid"  # or "sequential" (member-000000, ...): --member-ids
 
 
 def make_image(topics: int, partitions: int) -> MetadataImage:
@@ -59,11 +61,18 @@ def make_image(topics: int, partitions: int) -> MetadataImage:
         [TopicImage(f"topic-{i}", uuid.uuid5(uuid.NAMESPACE_OID, f"topic-{i}"), partitions) for i in range(topics)], 1)
 
 
+def member_id_list(members: int) -> list[str]:
+    if MEMBER_IDS == "uuid":  # as real clients send them (seeded)
+        rng = random.Random(848)
+        return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(members)]
+    return [f"member-{i:06d}" for i in range(members)]
+
+
 def stable_group_records(image: MetadataImage, members: int, assignor_name: str) -> list[Record]:
     """The records of a group of `members` dynamic members, all stable at epoch 1 on one assignment."""
     names = tuple(sorted(image.by_name))
     topic_ids = frozenset(t.topic_id for t in image.topics)
-    member_ids = [f"member-{i:06d}" for i in range(members)]
+    member_ids = member_id_list(members)
     spec = GroupSpec.of({m: MemberSubscription(topic_ids) for m in member_ids})
     assignment = get(assignor_name).assign(spec, GroupTopicDescriber(image, GROUP, None))
     records = []
@@ -276,11 +285,14 @@ def main() -> None:
     parser.add_argument("--heartbeats", type=int, default=200_000)
     parser.add_argument("--wall", action="store_true", help="measure wall-clock instead of process CPU time")
     parser.add_argument("--only", choices=["consumer", "classic"], help="run only one family of cases")
+    parser.add_argument("--member-ids", choices=["uuid", "sequential"], default="uuid",
+                        help="random UUIDs as real clients send them (default), or member-000000, ...")
     parser.add_argument("--classic-members", type=int, default=10)
     parser.add_argument("--classic-partitions", type=int, default=900)
     args = parser.parse_args()
+    global CLOCK, MEMBER_IDS
+    MEMBER_IDS = args.member_ids
     if args.wall:
-        global CLOCK
         CLOCK = time.perf_counter
     print(f"clock: {'wall' if args.wall else 'process CPU'} time")
     if args.only != "consumer":
@@ -302,7 +314,7 @@ def main() -> None:
     print(f"one member joins ({args.members} members)   : median {statistics.median(timings):7.1f} ms, "
           f"min {min(timings):.1f} ms, max {max(timings):.1f} ms")
 
-    member_ids = [f"member-{i:06d}" for i in range(args.members)]
+    member_ids = member_id_list(args.members)
     cold = records
     replay_rate, decode_rate = bench_replay(cold, image, args.assignor, args.repeat)
     print(f"load a fresh group ({len(cold)} records, every key new):")

@@ -68,3 +68,28 @@ def test_large_groups_get_their_view_at_load(monkeypatch):
     assert group.spec_cache and not group.spec_dirty
     assert group.spec_cache == fresh(group, loaded.image)
     assert not loaded.state.groups["small"].spec_cache  # below the threshold: built when first needed
+
+
+def test_the_view_lists_members_in_member_id_order_give_or_take_recent_joiners():
+    """Assignors sort the member ids; handing them ids already in order makes that sort cheap.
+    Joiners are appended, and the view is put back in order once they are a sixteenth of it."""
+    import random
+
+    rnd = random.Random(5)
+    ids = [f"{rnd.getrandbits(64):016x}" for _ in range(40)]
+    shard = make_shard()
+    for i, m in enumerate(ids[:32]):
+        assert shard.handle(join("g", m), i).response.error_code == 0
+    group = shard.state.groups["g"]
+    group.spec_cache = {}  # as after a metadata change: built again, in order
+    specs = target._member_specs(group, shard.image)
+    assert list(specs) == sorted(ids[:32])
+    group.spec_cache, group.spec_dirty = specs, set()
+
+    assert shard.handle(join("g", ids[32]), 100).response.error_code == 0  # one joiner: 1/33, appended
+    assert list(group.spec_cache) == sorted(ids[:32]) + [ids[32]]
+    assert shard.handle(join("g", ids[33]), 101).response.error_code == 0  # two of 34: still appended
+    assert list(group.spec_cache) == sorted(ids[:32]) + [ids[32], ids[33]]
+    assert shard.handle(join("g", ids[34]), 102).response.error_code == 0  # three of 35 > 1/16: in order again
+    assert list(group.spec_cache) == sorted(ids[:35])
+    assert group.spec_cache == fresh(group, shard.image)

@@ -153,7 +153,7 @@ class ConsumerGroup:
         "group_id", "group_epoch", "metadata_hash", "assignment_epoch", "members", "static_members",
         "target_assignment", "partition_epochs", "subscribed_names", "regex_counts",
         "resolved_regexes", "assignor_counts", "classic_members", "refresh_metadata", "spec_cache",
-        "spec_dirty", "spec_image", "spec_topic_ids",
+        "spec_dirty", "spec_image", "spec_topic_ids", "spec_unsorted",
     )
 
     def __init__(self, group_id: str):
@@ -176,6 +176,7 @@ class ConsumerGroup:
         self.spec_dirty: set[str] = set()
         self.spec_image = None
         self.spec_topic_ids: dict = {}
+        self.spec_unsorted = 0  # members appended out of member id order since the view was last sorted
 
     group_type = GroupType.CONSUMER
 
