@@ -269,7 +269,7 @@ def bench_classic(members: int, partitions: int, repeat: int) -> None:
     print(f"classic group forms ({members} members, {partitions} partitions, Empty -> Stable):")
     print(f"    shard CPU                            : median {statistics.median(form_cpu):7.2f} ms")
     print(f"    simulated time (initial delay)       : {statistics.median(form_sim):7.0f} ms")
-    print(f"one more classic member joins (-> next Stable generation):")
+    print("one more classic member joins (-> next Stable generation):")
     print(f"    shard CPU                            : median {statistics.median(join_cpu):7.2f} ms, "
           f"min {min(join_cpu):.2f} ms, max {max(join_cpu):.2f} ms")
     print(f"    simulated time (heartbeats, re-joins): {statistics.median(join_sim):7.0f} ms")
