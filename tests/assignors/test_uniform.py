@@ -729,3 +729,19 @@ def test_several_topics_shortcut_keeps_only_complete_balanced_assignments():
         args = small_args(members, topics)
         assert keep_balanced(*args) is None, current
         assert_same_result(assign_homogeneous_small(*args), assign_by_partition(*args), args[1])
+
+
+def test_reused_copies_only_the_mappings_that_are_not_dicts():
+    """Unchanged members' outputs are their input dicts themselves; other mappings become dicts."""
+    import types
+
+    from cohort.assignors._uniform_common import reused
+    from cohort.coordinator.records import EMPTY_ASSIGNMENT
+
+    a, b = {"t": (0,)}, {"t": (1, 2)}
+    proxy = types.MappingProxyType({"u": (3,)})
+    assert reused([a, b]) == [a, b] and all(x is y for x, y in zip(reused([a, b]), [a, b]))
+    out = reused([EMPTY_ASSIGNMENT, a, proxy, b, EMPTY_ASSIGNMENT, proxy])
+    assert [type(x) for x in out] == [dict] * 6
+    assert out == [{}, a, {"u": (3,)}, b, {}, {"u": (3,)}]
+    assert out[1] is a and out[3] is b

@@ -27,7 +27,7 @@ from itertools import repeat
 from operator import add, attrgetter, itemgetter
 
 
-from cohort.assignors._uniform_common import partition_tuple, reuse, singles, sorted_topic_ids
+from cohort.assignors._uniform_common import partition_tuple, reused, singles, sorted_topic_ids
 from cohort.assignors.api import GroupAssignment, GroupSpec, PartitionAssignorError, SubscribedTopicDescriber
 
 MAX_ITERATION_COUNT = 16
@@ -45,9 +45,7 @@ def assign_heterogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber) -> G
     builder.assign_unassigned()
     builder.balance()
     receiving, assignments = builder.changed_assignments()
-    if set(map(type, currents)) - {dict}:
-        currents = list(map(reuse, currents))
-    result: GroupAssignment = dict(zip(member_ids, currents))
+    result: GroupAssignment = dict(zip(member_ids, reused(currents)))
     result.update(zip(map(member_ids.__getitem__, receiving), assignments))
     return result
 

@@ -29,7 +29,7 @@ from operator import attrgetter, methodcaller
 import numpy as np
 import numpy.ma  # noqa: F401 - numpy 2.4 imports it lazily inside the first np.unique (6-9 ms, measured): not in a request
 
-from cohort.assignors._uniform_common import ints, known_topics, partition_tuple, reuse, singles
+from cohort.assignors._uniform_common import ints, known_topics, partition_tuple, reused, singles
 from cohort.assignors._uniform_small import SMALL_MEMBERS, SMALL_PARTITIONS, assign_homogeneous_small
 from cohort.assignors.api import GroupAssignment, GroupSpec, PartitionAssignorError, SubscribedTopicDescriber
 
@@ -93,9 +93,7 @@ def assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber,
 
     if len(receiving) == member_count:
         return dict(zip(member_ids, assignments))
-    if set(map(type, currents)) - {dict}:
-        currents = list(map(reuse, currents))
-    result: GroupAssignment = dict(zip(member_ids, currents))
+    result: GroupAssignment = dict(zip(member_ids, reused(currents)))
     emptied = changed.copy()
     emptied[receiving] = False
     for index in np.flatnonzero(emptied).tolist():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
+from operator import and_, attrgetter, is_, not_
 from typing import TYPE_CHECKING
 
 from cohort.assignors.api import Assignor, GroupSpec, MemberSubscription, SubscriptionType
@@ -88,11 +90,13 @@ def compute_target(
         ) from exc
     targets = group.target_assignment
     changed: dict[str, Assignment] = {}
-    for member_id, sub in members.items():
-        new = result.get(member_id, EMPTY_ASSIGNMENT)
-        if new is sub.assignment and member_id in targets:
-            continue  # assignors hand back the very same mapping for members they did not move
-        new = _normalise(new)
+    # Assignors hand back the very same mapping for members they did not move: those are
+    # skipped in C-level passes, and only the others are looked at one by one.
+    member_ids = list(members)
+    news = list(map(result.get, member_ids))
+    kept = map(and_, map(is_, news, map(_assignment, members.values())), map(targets.__contains__, member_ids))
+    for member_id, new in compress(zip(member_ids, news), map(not_, kept)):
+        new = EMPTY_ASSIGNMENT if new is None else _normalise(new)
         if new != targets.get(member_id):
             changed[member_id] = new
     group.spec_cache = members
@@ -170,14 +174,16 @@ def warm_specs(group: ConsumerGroup, image: MetadataImage) -> None:
 
 
 def _subscription_type(members: Mapping[str, MemberSubscription]) -> SubscriptionType:
-    first = None
-    for sub in members.values():
-        ids = sub.subscribed_topic_ids
-        if first is None:
-            first = ids
-        elif ids is not first and ids != first:
-            return SubscriptionType.HETEROGENEOUS
-    return SubscriptionType.HOMOGENEOUS
+    subscriptions = list(map(_subscribed, members.values()))
+    # list.count compares by identity first, and members with the same subscription share one
+    # frozenset (the view's cache), so this is one C-level pass over a large homogeneous group
+    if not subscriptions or subscriptions.count(subscriptions[0]) == len(subscriptions):
+        return SubscriptionType.HOMOGENEOUS
+    return SubscriptionType.HETEROGENEOUS
+
+
+_subscribed = attrgetter("subscribed_topic_ids")
+_assignment = attrgetter("assignment")
 
 
 def _normalise(assignment: Mapping) -> Assignment:
