@@ -140,14 +140,13 @@ def build_spec(case: Case, assignor) -> tuple[GroupSpec, TopicDescriber]:
     topic_ids, describer = build_topics(case, rng)
     member_ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(case.members)]
     topic_lists = subscriptions(case, topic_ids, case.members)
-    members = {m: MemberSubscription(frozenset(topic_lists[i])) for i, m in enumerate(member_ids)}
-    if MEMBER_ORDER == "coordinator":
-        members = dict(sorted(members.items()))
+    order = sorted(range(case.members), key=member_ids.__getitem__) if MEMBER_ORDER == "coordinator" else None
+    members = {member_ids[i]: MemberSubscription(frozenset(topic_lists[i])) for i in order or range(case.members)}
     if not case.incremental:
         return GroupSpec.of(members), describer
     newcomer = member_ids[-1]
     first = assignor.assign(GroupSpec.of({m: s for m, s in members.items() if m != newcomer}), describer)
-    members = {
+    members = {  # built in the spec's order, as the coordinator builds its view
         m: MemberSubscription(s.subscribed_topic_ids, assignment=first.get(m, {}))
         for m, s in members.items() if m != newcomer
     }
