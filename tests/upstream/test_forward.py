@@ -236,3 +236,46 @@ def test_a_produce_frame_cut_short_closes_the_connection_and_the_proxy_serves_on
         assert decode_response(18, 3, answer)[1].error_code == 0
     finally:
         assert proxy.stop() == 0
+
+
+def test_a_transactional_producer_through_the_proxy_commits_on_the_upstream(tmp_path, upstream):
+    """Transactions stay with the upstream: FindCoordinator for a transactional id names the
+    upstream's transaction coordinator through a cohort port, and what commits is what a
+    read_committed consumer reads, while an aborted transaction's records are never read."""
+    proxy = ServerProcess(tmp_path / "data", f"upstream.bootstrap.servers={upstream.bootstrap}",
+                          "upstream.groups.topic=__cohort_groups_txn", log_path=str(tmp_path / "proxy.log")).start()
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin.create_topics([NewTopic("txn-through", 1)])["txn-through"].result(20)
+        find = build(load_request_schema(10, 3), key="through-proxy", key_type=1)
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            _, found = decode_response(10, 3, _ask(sock, [encode_request(10, 3, 1, "t", find)])[0])
+        assert found.error_code == 0 and found.port not in (upstream.port, proxy.port)  # an upstream broker, via cohort
+        p = ck.Producer({"bootstrap.servers": proxy.bootstrap, "transactional.id": "through-proxy"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("txn-through", b"aborted")
+        p.abort_transaction(30)
+        p.begin_transaction()
+        for i in range(5):
+            p.produce("txn-through", b"committed-%d" % i)
+        p.commit_transaction(30)
+        c = ck.Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "txn-reader", "isolation.level": "read_committed",
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
+        c.assign([ck.TopicPartition("txn-through", 0, ck.OFFSET_BEGINNING)])
+        seen, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == ck.KafkaError._PARTITION_EOF:
+                    break
+                continue
+            seen.append(m.value())
+        c.close()
+        assert seen == [b"committed-%d" % i for i in range(5)]
+    finally:
+        assert proxy.stop() == 0

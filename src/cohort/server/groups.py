@@ -246,6 +246,7 @@ class GroupCoordinator:
         self.shared = bool(self.upstream) and server.config["upstream.forward"] and server.config["upstream.membership"]
         self.membership: Any = None  # the proxy's `Membership`, once this instance joined its cluster
         self.topic_ready = asyncio.Event()  # the shards' upstream topic exists
+        self.closing = False  # the server is stopping
         self._taking: dict[int, asyncio.Task] = {}  # shard -> its load after being assigned here
         self._assignors = assignors
         for p, clog in enumerate(logs):
@@ -411,6 +412,7 @@ class GroupCoordinator:
         """Shutdown hook: parked requests are answered NOT_COORDINATOR (Kafka's onUnloaded);
         upstream logs finish their appends in flight and let their clients go. A shared instance
         leaves its cohort cluster first, handing every shard over."""
+        self.closing = True  # a membership not yet started never will be
         if self.membership is not None:
             await self.membership.stop()
         self.loaded = False

@@ -160,6 +160,8 @@ class UpstreamProxy:
             return
         await self.ready.wait()
         await groups.topic_ready.wait()
+        if groups.closing:  # stopped while starting: joining now would leave a member nobody stops
+            return
         config = self.server.config
         host, port = self.server.endpoint(self.server.listeners[0])
         me = Instance(self.coordinator_id, host, port, dict(self.node_ports))
@@ -334,10 +336,13 @@ class UpstreamProxy:
         resp = request.codec.response_type
         if request.api_key == FIND_COORDINATOR:
             if has_field(resp, "coordinators"):
-                coords = tuple(c if c.node_id < 0 or c.node_id not in self.node_ports else
-                               dataclasses.replace(c, **dict(zip(("host", "port"), self.broker_endpoint(c.node_id))))
-                               for c in body.coordinators)
-                body = dataclasses.replace(body, coordinators=coords)
+                coords = []
+                for c in body.coordinators:
+                    if c.node_id >= 0 and c.node_id in self.node_ports:
+                        host, port = self.broker_endpoint(c.node_id)
+                        c = dataclasses.replace(c, host=host, port=port)
+                    coords.append(c)
+                body = dataclasses.replace(body, coordinators=tuple(coords))
             elif body.node_id >= 0 and body.node_id in self.node_ports:
                 host, port = self.broker_endpoint(body.node_id)
                 body = dataclasses.replace(body, host=host, port=port)

@@ -195,7 +195,11 @@ class Membership:
 
     def _call(self, coro: Awaitable[None], wait: bool) -> None:
         assert self._loop is not None
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        except RuntimeError:  # the event loop is gone (the process is stopping): nothing left to serve
+            coro.close()  # type: ignore[attr-defined]
+            return
         if wait:
             try:
                 fut.result(HANDOVER_TIMEOUT_S)
