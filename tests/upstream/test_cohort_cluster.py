@@ -47,6 +47,14 @@ def coordinator_of(port: int, group: str) -> int:
     return found.node_id if found.error_code == 0 else -1
 
 
+def brokers_of(port: int) -> dict[int, tuple[str, int]]:
+    """node id -> (host, port) as Metadata from the instance on ``port`` lists them."""
+    with WireClient(port) as w:
+        md = w.request(3, 12, build(load_request_schema(3, 12), topics=None, allow_auto_topic_creation=False,
+                                    include_topic_authorized_operations=False))
+    return {b.node_id: (b.host, b.port) for b in md.brokers}
+
+
 def wait_for(what: str, check, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -164,6 +172,14 @@ def test_three_instances_share_the_shards_move_a_killed_ones_groups_and_fence_a_
                  lambda: {coordinator_of(ports[1000001], g) for g in probe} == set(nodes))
         for g in probe:  # every instance names the same owner
             assert len({coordinator_of(port, g) for port in ports.values()}) == 1
+        # Metadata from any instance lists every instance's coordinator, and one address for each
+        # upstream broker that all instances agree on (clients must never see two for one id)
+        wait_for("the instances do not agree on the brokers' addresses",
+                 lambda: len({tuple(sorted(brokers_of(port).items())) for port in ports.values()}) == 1)
+        listed = brokers_of(ports[1000001])
+        assert {n: listed[n] for n in nodes} == {n: ("127.0.0.1", ports[n]) for n in nodes}
+        upstream_nodes = set(listed) - set(nodes)
+        assert upstream_nodes and all(listed[n][1] not in ports.values() for n in upstream_nodes)
 
         admin = AdminClient({"bootstrap.servers": everyone})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(20)
