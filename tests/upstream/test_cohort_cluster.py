@@ -290,3 +290,47 @@ def test_three_instances_share_the_shards_move_a_killed_ones_groups_and_fence_a_
         for p in procs.values():
             p.proc is not None and p.proc.poll() is None and p.proc.send_signal(signal.SIGCONT)
             p.stop()
+
+
+def test_an_instance_cut_off_from_the_upstream_stops_serving_on_its_own_deadline(tmp_path):
+    """Classic membership is no lease: an instance that cannot reach the upstream does not hear
+    that its shards may have moved. It stops serving them once its session has timed out, and
+    serves them again, with every committed offset, when the upstream is back."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "up").mkdir()
+
+    def upstream_up() -> ServerProcess:
+        return ServerProcess(tmp_path / "up" / "data", "group.initial.rebalance.delay.ms=0",
+                             log_path=str(tmp_path / "up" / "server.log"), args=("--port", str(port))).start()
+
+    up = upstream_up()
+    a = instance(tmp_path / "a", up, 1000001)
+    try:
+        group = "deadline"
+        wait_for("the instance took no shards", lambda: coordinator_of(a.port, group) == 1000001)
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1)])[TOPIC].result(20)
+        setter = ck.Consumer({"bootstrap.servers": a.bootstrap, "group.id": group})
+        setter.commit(offsets=[ck.TopicPartition(TOPIC, 0, 42)], asynchronous=False)
+        setter.close()
+
+        assert up.stop() == 0  # cut off
+        cut = time.monotonic()
+        wait_for("the instance kept serving without its membership",
+                 lambda: coordinator_of(a.port, group) == -1, 30)
+        assert time.monotonic() - cut >= 5  # not before its session (6 s) could have timed out
+        fetch = build(load_request_schema(9, 8), groups=(build(nested(load_request_schema(9, 8), "groups"),
+                      group_id=group, member_id=None, member_epoch=-1, topics=None),), require_stable=False)
+        with WireClient(a.port) as w:  # asked directly, it does not answer from the state it no longer owns
+            assert w.request(9, 8, fetch).groups[0].error_code == NOT_COORDINATOR
+
+        up = upstream_up()  # back, with what it had
+        wait_for("the instance did not take its shards back", lambda: coordinator_of(a.port, group) == 1000001, 60)
+        assert committed(a.bootstrap, group)[0] == 42
+    finally:
+        a.stop()
+        up.stop()

@@ -248,6 +248,7 @@ class GroupCoordinator:
         self.topic_ready = asyncio.Event()  # the shards' upstream topic exists
         self.closing = False  # the server is stopping
         self._taking: dict[int, asyncio.Task] = {}  # shard -> its load after being assigned here
+        self._handing_over: dict[int, asyncio.Event] = {}  # shard -> set once its hand-over is over
         self._assignors = assignors
         for p, clog in enumerate(logs):
             shard = self._new_shard()
@@ -381,6 +382,9 @@ class GroupCoordinator:
 
     async def _take(self, p: int) -> None:
         runtime = self.runtimes[p]
+        handing_over = self._handing_over.get(p)
+        if handing_over is not None:  # given back and assigned here again: the hand-over ends first
+            await handing_over.wait()
         if runtime.loaded:
             return
         if runtime.lost:  # fenced while it was here before: start afresh
@@ -395,17 +399,28 @@ class GroupCoordinator:
     async def release(self, shards: list[int]) -> None:
         """Shared: these shards go to another instance. Each stops being served here (requests
         get NOT_COORDINATOR) and its appends in flight finish before this returns."""
-        for p in shards:
+        loading = [t for t in (self._taking.pop(p, None) for p in shards) if t is not None and not t.done()]
+        for task in loading:
+            task.cancel()
+        # First every shard stops being served, then their logs are let go: a log may take the
+        # upstream's timeout to close (an upstream that went away), and no shard may be served
+        # from here meanwhile.
+        await asyncio.gather(*(self.runtimes[p].stop_serving() for p in shards))
+        await asyncio.gather(*loading, return_exceptions=True)
+
+        async def hand_over(p: int) -> None:
             runtime = self.runtimes[p]
-            task = self._taking.pop(p, None)
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            await runtime.hand_over(self._new_shard())
-            self.shards[p] = runtime.shard
-            self._stale.add(p)
-            log.info("%s: handed over", runtime.name)
+            done = self._handing_over[p] = asyncio.Event()
+            try:
+                await runtime.hand_over(self._new_shard())
+                self.shards[p] = runtime.shard
+                self._stale.add(p)
+                log.info("%s: handed over", runtime.name)
+            finally:
+                del self._handing_over[p]
+                done.set()
+
+        await asyncio.gather(*(hand_over(p) for p in shards))
         self.changes.everything()
 
     async def unload(self) -> None:

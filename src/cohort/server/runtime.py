@@ -254,13 +254,17 @@ class CoordinatorRuntime:
             self._release(self.shard.unload())
             self._wake.set()  # the timer task ends
 
-    async def hand_over(self, shard: Any) -> None:
-        """Stop serving the shard because another instance takes it: wait for the work holding
-        it, unload (parked requests get NOT_COORDINATOR), let the appends in flight finish and
-        the log go, and keep ``shard`` (fresh) for a later `load`."""
+    async def stop_serving(self) -> None:
+        """Another instance takes the shard: once the work holding it is done, unload (parked
+        requests get NOT_COORDINATOR, later ones too)."""
         async with self.lock:
             self.owned = False
             self.unload()
+
+    async def hand_over(self, shard: Any) -> None:
+        """`stop_serving`, then let the appends in flight finish and the log go, and keep
+        ``shard`` (fresh) for a later `load`."""
+        await self.stop_serving()
         await self.log.close()
         self.reset(shard)
 
