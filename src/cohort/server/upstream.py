@@ -171,7 +171,7 @@ class UpstreamProxy:
             session_timeout_ms=config["upstream.membership.session.timeout.ms"], timeout_s=self.cluster_timeout_s)
         groups.membership = self.membership
         self.membership.start()
-        log.info("joined cohort cluster %s on the upstream as coordinator node %d", self.membership.group,
+        log.info("joining cohort cluster %s on the upstream as coordinator node %d", self.membership.group,
                  self.coordinator_id)
         await self.membership.follow()
 

@@ -233,10 +233,13 @@ class Membership:
             "session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(1000, session // 10)),
         })
         consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+        last_error = None
         try:
             while not self._stop.is_set():
                 msg = consumer.poll(0.2)
-                if msg is not None and msg.error() is not None and msg.error().fatal():
-                    log.error("cohort cluster %s: %s", self.group, msg.error().str())
+                err = msg.error() if msg is not None else None
+                if err is not None and err.str() != last_error:  # once per kind, not at every poll
+                    last_error = err.str()  # e.g. a session timeout the upstream refuses
+                    (log.error if err.fatal() else log.warning)("cohort cluster %s: %s", self.group, last_error)
         finally:
             consumer.close()  # leaves the group; on_revoke releases every shard first
