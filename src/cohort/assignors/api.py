@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 TopicId = Hashable
@@ -85,13 +86,15 @@ class GroupSpec:
 
 
 def subscription_type_of(members: Mapping[str, MemberSubscription]) -> SubscriptionType:
-    first = None
-    for sub in members.values():
-        if first is None:
-            first = sub.subscribed_topic_ids
-        elif sub.subscribed_topic_ids != first:
-            return SubscriptionType.HETEROGENEOUS
-    return SubscriptionType.HOMOGENEOUS
+    subscriptions = list(map(_subscribed, members.values()))
+    # list.count compares by identity first, and the coordinator gives members with the same
+    # subscription one shared frozenset: one C-level pass over a large homogeneous group
+    if not subscriptions or subscriptions.count(subscriptions[0]) == len(subscriptions):
+        return SubscriptionType.HOMOGENEOUS
+    return SubscriptionType.HETEROGENEOUS
+
+
+_subscribed = attrgetter("subscribed_topic_ids")
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ from itertools import compress
 from operator import and_, attrgetter, is_, not_
 from typing import TYPE_CHECKING
 
-from cohort.assignors.api import Assignor, GroupSpec, MemberSubscription, SubscriptionType
+from cohort.assignors.api import Assignor, GroupSpec, MemberSubscription
 from cohort.coordinator.consumer_group import ConsumerGroup
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.metadata import MetadataImage
@@ -77,8 +77,7 @@ def compute_target(
     """The members whose target assignment changes, with their new target (`describer`: one whose
     lags were already fetched, else one over `image` and `lag_provider`)."""
     members = _member_specs(group, image)
-    subscription_type = _subscription_type(members)
-    spec = GroupSpec(members, subscription_type)
+    spec = GroupSpec.of(members)
     if describer is None:
         describer = GroupTopicDescriber(image, group.group_id, lag_provider)
     try:
@@ -137,7 +136,7 @@ def _member_specs(group: ConsumerGroup, image: MetadataImage) -> dict[str, Membe
         topic_ids = ids_cache.get(cache_key)
         if topic_ids is None:
             names = group.member_topic_names(member)
-            topic_ids = ids_cache[cache_key] = frozenset(by_name[n].topic_id for n in names if n in by_name)
+            topic_ids = ids_cache[cache_key] = _topic_ids(names, by_name)
         members[member_id] = MemberSubscription(
             topic_ids, member.rack_id, member.instance_id, targets.get(member_id, EMPTY_ASSIGNMENT))
     if cache and appended:
@@ -159,11 +158,13 @@ def _same_topic_ids(ids_cache: dict, group: ConsumerGroup, image: MetadataImage)
     ``image``: a new image only invalidates them if it touched a topic this group subscribes
     to (any topic created or deleted anywhere makes a new image)."""
     by_name = image.by_name
-    for (names, regex), topic_ids in ids_cache.items():
-        member_names = group.member_topic_names_of(names, regex)
-        if frozenset(by_name[n].topic_id for n in member_names if n in by_name) != topic_ids:
-            return False
-    return True
+    return all(_topic_ids(group.member_topic_names_of(names, regex), by_name) == topic_ids
+               for (names, regex), topic_ids in ids_cache.items())
+
+
+def _topic_ids(names: frozenset[str], by_name: Mapping) -> frozenset:
+    """The ids of the topics ``names`` that the image knows."""
+    return frozenset(by_name[n].topic_id for n in names if n in by_name)
 
 
 def warm_specs(group: ConsumerGroup, image: MetadataImage) -> None:
@@ -173,16 +174,6 @@ def warm_specs(group: ConsumerGroup, image: MetadataImage) -> None:
     group.spec_dirty.clear()
 
 
-def _subscription_type(members: Mapping[str, MemberSubscription]) -> SubscriptionType:
-    subscriptions = list(map(_subscribed, members.values()))
-    # list.count compares by identity first, and members with the same subscription share one
-    # frozenset (the view's cache), so this is one C-level pass over a large homogeneous group
-    if not subscriptions or subscriptions.count(subscriptions[0]) == len(subscriptions):
-        return SubscriptionType.HOMOGENEOUS
-    return SubscriptionType.HETEROGENEOUS
-
-
-_subscribed = attrgetter("subscribed_topic_ids")
 _assignment = attrgetter("assignment")
 
 
