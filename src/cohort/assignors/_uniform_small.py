@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from itertools import chain, groupby
 from operator import ge, itemgetter
 
-from cohort.assignors._uniform_common import ints, partition_tuple, reuse
+from cohort.assignors._uniform_common import ints, partition_tuple, reuse, reused
 from cohort.assignors.api import GroupAssignment, PartitionAssignorError
 
 # Up to about these sizes the plain loop beats numpy (measured for new and stable groups).
@@ -256,12 +256,8 @@ def _tiles(parts: list[tuple], every: tuple[int, ...]) -> bool:
 
 def _kept(member_ids: list[str], currents: list[Mapping]) -> GroupAssignment:
     """Every member's current mapping handed back (as a dict when it is not one)."""
-    if _DICT_ONLY.issuperset(map(type, currents)):
-        return dict(zip(member_ids, currents))
-    return dict(zip(member_ids, map(reuse, currents)))
+    return dict(zip(member_ids, reused(currents)))
 
-
-_DICT_ONLY = frozenset((dict,))
 _TUPLE_ONLY = frozenset((tuple,))
 
 
