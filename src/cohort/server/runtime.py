@@ -189,7 +189,8 @@ class CoordinatorRuntime:
         self._parked: dict[int, asyncio.Future] = {}  # request id -> resolved with its completion
         self._wake = asyncio.Event()
         self._sleep_until: int | None = None
-        self.lost = False  # the log was taken over: the shard is not served from here again
+        self.lost = False  # the log can no longer be appended to: the shard is not served from here
+        self.fenced = False  # lost to another owner (not to a failure a fresh load repairs)
         self.owned = True  # False: another instance of the cohort cluster owns the shard
         self._generation = 0  # loads so far: a timer task ends when its load is over
         log.on_lost(self._lost)
@@ -222,13 +223,13 @@ class CoordinatorRuntime:
         """The error (code, message) a request gets while the shard is not served from here:
         NOT_COORDINATOR once it belongs elsewhere (taken over, or another instance's), else
         COORDINATOR_LOAD_IN_PROGRESS."""
-        if not self.owned or (self.lost and getattr(self.log, "fenced", False)):
+        if not self.owned or self.fenced:
             return Errors.NOT_COORDINATOR, "This is not the correct coordinator."
         return Errors.COORDINATOR_LOAD_IN_PROGRESS, self._loading_message
 
     def _lost(self, reason: str, fenced: bool = True) -> None:
         log.error("%s: no longer served from here: %s", self.name, reason)
-        self.lost = True
+        self.lost, self.fenced = True, fenced
         self.unload()
         self._wake.set()  # the timer task ends
         self._on_lost(reason, fenced)
@@ -238,7 +239,7 @@ class CoordinatorRuntime:
         if self.loaded:
             raise RuntimeError(f"{self.name} is loaded")
         self.shard = shard
-        self.lost = False
+        self.lost = self.fenced = False
         for entry in self._inflight:  # writes whose fate the old shard's log never told
             if not entry.durable.done():
                 entry.durable.set_result(False)
@@ -262,9 +263,8 @@ class CoordinatorRuntime:
             self.unload()
 
     async def hand_over(self, shard: Any) -> None:
-        """`stop_serving`, then let the appends in flight finish and the log go, and keep
+        """After `stop_serving`: let the appends in flight finish and the log go, and keep
         ``shard`` (fresh) for a later `load`."""
-        await self.stop_serving()
         await self.log.close()
         self.reset(shard)
 
