@@ -563,7 +563,8 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
 def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
-    """Every group and every transactional id is coordinated by this node. A key the
+    """Every group and every transactional id is coordinated by this node, unless the server
+    has a `group_coordinator_locator` (several instances in front of an upstream). A key the
     principal may not describe gets GROUP_ / TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
     body = req.body
     resp = req.codec.response_type
@@ -574,6 +575,10 @@ def find_coordinator(ctx: "RequestContext", req: DecodedRequest) -> Any:
         if key_type == GROUP_KEY:
             if not ctx.authorize(acls.DESCRIBE, acls.GROUP, key):
                 return E.group_authorization_failed, None, -1, "", -1
+            locate = ctx.server.group_coordinator_locator
+            if locate is not None:
+                error, node, where, at = locate(key)
+                return error, None, node, where, at
             return E.none, None, ctx.broker.node_id, host, port
         if key_type == TRANSACTION_KEY:
             if not ctx.authorize(acls.DESCRIBE, acls.TRANSACTIONAL_ID, key):

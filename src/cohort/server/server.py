@@ -125,6 +125,9 @@ class Server:
         self.topic_source: Any = self.broker
         self.frame_router: Callable[[bytes, RequestContext], tuple | None] | None = None
         self.connection_closed: list[Callable[[RequestContext], None]] = []
+        # group id -> (error, node id, host, port) of its coordinator when that is not always this
+        # node (the upstream plugin's cohort cluster); FindCoordinator asks it
+        self.group_coordinator_locator: Callable[[str], tuple[int, int, str, int]] | None = None
         handlers.install(self)
         configs.install(self)
         security_apis.install(self)

@@ -80,6 +80,7 @@ def install(server: "Server") -> None:
     server.upstream_proxy = proxy  # type: ignore[attr-defined]
     server.topic_source = proxy.cluster
     server.frame_router = proxy.route
+    server.group_coordinator_locator = proxy.group_coordinator
     server.connection_closed.append(proxy.closed)
     server.broker.node_id = config["upstream.coordinator.node.id"]
     server.apis.register(API_VERSIONS, proxy.api_versions)
@@ -213,21 +214,6 @@ class UpstreamProxy:
                 return ErrorCode.none, owner.node_id, owner.host, owner.port
         return ErrorCode.coordinator_not_available, -1, "", -1
 
-    def _find_coordinator(self, request: Any) -> Any:
-        """FindCoordinator for groups, answered here whichever port it came to."""
-        body, resp = request.body, request.codec.response_type
-        if has_field(resp, "coordinators"):
-            entry = nested(resp, "coordinators")
-            coords = []
-            for key in body.coordinator_keys:
-                error, node, host, port = self.group_coordinator(key)
-                coords.append(build(entry, key=key, node_id=node, host=host, port=port, error_code=error,
-                                    error_message=None))
-            return build(resp, throttle_time=datetime.timedelta(0), coordinators=tuple(coords))
-        error, node, host, port = self.group_coordinator(body.key)
-        return build(resp, throttle_time=datetime.timedelta(0), error_code=error, error_message=None, node_id=node,
-                     host=host, port=port)
-
     async def refresh(self) -> None:
         """Return once a refresh of the upstream's topics begun after this call has finished
         (after a CreateTopics passed through, the topic is subscribable and committable)."""
@@ -301,7 +287,7 @@ class UpstreamProxy:
         if api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
             request = decode_request(frame, self.server.table)
             if api_key == FIND_COORDINATOR and getattr(request.body, "key_type", GROUP_KEY) == GROUP_KEY:
-                return correlation_id, request.codec, self._find_coordinator(request)
+                return None  # cohort's own FindCoordinator, through `group_coordinator` (any port)
         if api_key == PRODUCE and produce_acks(frame, version) == 0:
             asyncio.ensure_future(self._forward(ctx, node, api_key, frame, None, expect_answer=False))
             return correlation_id, None, NO_RESPONSE
