@@ -19,6 +19,7 @@ from kio.index import load_request_schema
 from cohort.coordinator.consumer_protocol import decode_assignment
 from cohort.protocol.entities import build, nested
 from cohort.server.testing import ServerProcess, WireClient
+from upstream_clients import committed_offsets, coordinator_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -38,13 +39,6 @@ def instance(path, upstream, node_id: int) -> ServerProcess:
                          f"upstream.cluster.name={CLUSTER}", f"upstream.coordinator.node.id={node_id}",
                          "upstream.membership.session.timeout.ms=6000", *FAST,
                          log_path=str(path / "server.log")).start()
-
-
-def coordinator_of(port: int, group: str) -> int:
-    """The node id FindCoordinator names for ``group`` (-1 while its shard has no owner)."""
-    with WireClient(port) as w:
-        found = w.request(10, 3, build(load_request_schema(10, 3), key=group, key_type=0))
-    return found.node_id if found.error_code == 0 else -1
 
 
 def brokers_of(port: int) -> dict[int, tuple[str, int]]:
@@ -151,12 +145,7 @@ def coordinator_port(port: int, group: str) -> int | None:
 
 
 def committed(bootstrap: str, group: str) -> dict[int, int]:
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        return {tp.partition: tp.offset for tp in c.committed(
-            [ck.TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}
-    finally:
-        c.close()
+    return committed_offsets(bootstrap, group, TOPIC, PARTITIONS)
 
 
 def test_three_instances_share_the_shards_move_a_killed_ones_groups_and_fence_a_zombie(tmp_path, upstream):

@@ -14,10 +14,9 @@ import time
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.index import load_request_schema
 
-from cohort.protocol.entities import build
-from cohort.server.testing import ServerProcess, WireClient
+from cohort.server.testing import ServerProcess
+from upstream_clients import committed_offsets, coordinator_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -62,20 +61,7 @@ def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2, top
 
 
 def committed(bootstrap: str, group: str, topic: str = TOPIC) -> dict[int, int]:
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        return {tp.partition: tp.offset for tp in c.committed(
-            [ck.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)}
-    finally:
-        c.close()
-
-
-def coordinator_of(bootstrap: str, group: str) -> int:
-    """The node id FindCoordinator names for ``group`` (-1 while its shard has no owner)."""
-    host, port = bootstrap.rsplit(":", 1)
-    with WireClient(int(port), host) as w:
-        found = w.request(10, 3, build(load_request_schema(10, 3), key=group, key_type=0))
-    return found.node_id if found.error_code == 0 else -1
+    return committed_offsets(bootstrap, group, topic, PARTITIONS)
 
 
 def upstream_records(upstream, topic: str = GROUPS_TOPIC) -> int:
@@ -134,7 +120,7 @@ def test_groups_come_back_from_the_upstream_and_instances_share_the_shards(tmp_p
         # group is reachable through either, and its commits land with whichever owns it.
         b = instance(tmp_path / "b", upstream, "upstream.cluster.name=e2e", "upstream.coordinator.node.id=1000001")
         deadline = time.monotonic() + 60
-        while {coordinator_of(a.bootstrap, g) for g in ("g0", "g1", "g2", "g3", "g4", "g5")} != {1000000, 1000001}:
+        while {coordinator_of(a.port, g) for g in ("g0", "g1", "g2", "g3", "g4", "g5")} != {1000000, 1000001}:
             assert time.monotonic() < deadline, "the shards were not shared"
             time.sleep(0.2)
         assert committed(b.bootstrap, "kip848") == ends
