@@ -60,7 +60,12 @@ def run_parsed(args, job: Callable[..., int]) -> int:
     prog = f"cohort pipeline {args.job}"
     caught = _stop_on_signals(prog, getattr(args, "verbose", False), getattr(args, "out", None))
     try:
-        return job(args)
+        try:
+            return job(args)
+        except Exception as e:
+            if _interrupted(e):  # a stop that a library turned into an error of its own
+                raise KeyboardInterrupt from e
+            raise
     except KeyboardInterrupt:
         from cohort.pipeline import session
 
@@ -89,3 +94,18 @@ def run_parsed(args, job: Callable[..., int]) -> int:
             traceback.print_exception(e, file=sys.stderr)
         print(f"{prog}: failed: {line}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt (SIGINT or SIGTERM, see _stop_on_signals) is in the chain of
+    ``exc``. A SIGINT while PySpark starts its JVM is caught inside PySpark and raised again as
+    a start-up error (seen in tests/pipeline/test_cli.py, SIGINT while the session starts): that
+    is a stop, not a failed job."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
