@@ -4,13 +4,17 @@ to the same partition of `eos-out` and commits the input offsets in the same tra
 error it exits (status 3); whoever restarts it resumes from the group's committed offsets, and
 its init_transactions() fences and aborts whatever the previous run left open.
 
-Usage: python eos_job.py BOOTSTRAP GROUP_PROTOCOL
+Usage: python eos_job.py BOOTSTRAP GROUP_PROTOCOL [MAX_RECORDS_PER_S]
+
+MAX_RECORDS_PER_S paces the job so that a test's faults land while input remains: unpaced, it can
+copy the whole input between two of the test's samples.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import confluent_kafka as ck
 
@@ -19,6 +23,7 @@ IN, OUT, GROUP, TXN_ID = "eos-in", "eos-out", "eos-group", "eos-job"
 
 def main() -> int:
     bootstrap, protocol = sys.argv[1], sys.argv[2]
+    max_rate = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
     classic = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500} if protocol == "classic" else {}
     consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "group.protocol": protocol,
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
@@ -29,6 +34,7 @@ def main() -> int:
     try:
         producer.init_transactions(60)
         consumer.subscribe([IN])
+        started, copied = time.monotonic(), 0
         while True:
             msgs = [m for m in consumer.consume(1000, 0.5) if not m.error()]
             if not msgs:
@@ -39,6 +45,9 @@ def main() -> int:
             positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 60)
             producer.commit_transaction(60)
+            copied += len(msgs)
+            if max_rate:
+                time.sleep(max(0.0, started + copied / max_rate - time.monotonic()))
     except ck.KafkaException as exc:
         print(f"eos job stops: {exc}", file=sys.stderr, flush=True)
         return 3

@@ -23,6 +23,7 @@ from cohort.server.testing import ServerProcess
 pytestmark = pytest.mark.e2e
 
 RECORDS, PARTITIONS = 100_000, 4
+RATE = 4_000  # records/s the job copies at most: 6 s between faults, longer than a restart and a sample
 STALL_S = 20
 JOB = os.path.join(os.path.dirname(__file__), "eos_job.py")
 
@@ -44,7 +45,7 @@ class Job:
 
     def ensure_running(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, JOB, self.bootstrap, self.protocol],
+            self.proc = subprocess.Popen([sys.executable, JOB, self.bootstrap, self.protocol, str(RATE)],
                                          stdout=self.log, stderr=self.log)
             self.starts += 1
 
