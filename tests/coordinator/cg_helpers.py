@@ -93,7 +93,7 @@ def dump(shard: GroupCoordinatorShard) -> dict:
         groups[gid] = (
             g.group_epoch, g.metadata_hash, g.assignment_epoch,
             {m: v for m, v in g.members.items()},
-            {m: dict(a) for m, a in g.target_assignment.items()},
+            {m: dict(a) for m, a in g.target_assignment.items()}, dict(g.target_results),
             {t: dict(p) for t, p in g.partition_epochs.items() if p},
             dict(g.static_members), dict(g.subscribed_names), dict(g.regex_counts),
             dict(g.resolved_regexes), dict(g.assignor_counts),

@@ -12,6 +12,7 @@ their sessions expire, and topics change underneath them. After every step:
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from hypothesis import event, settings
@@ -29,6 +30,9 @@ from cohort.coordinator import (
     decode,
     encode,
 )
+
+from cohort.coordinator.records import ClientAssignorMetadata
+from cohort.coordinator.requests import InstallAssignmentRequest, InstalledMember, PrepareAssignmentRequest
 
 from cg_helpers import RangeTestAssignor, dump
 
@@ -85,14 +89,23 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if ack:
             client.owned = dict(client.assignment)
         if client.resend_full:
-            request = ConsumerGroupHeartbeatRequest(GROUP, member, client.epoch, rebalance_timeout_ms=60_000,
-                                                    subscribed_topic_names=client.topics,
-                                                    topic_partitions=dict(client.owned))
+            request = self._full_heartbeat(member)
         else:
-            request = ConsumerGroupHeartbeatRequest(GROUP, member, client.epoch, topic_partitions=dict(client.owned))
+            request = self._plain_heartbeat(member)
         response = self._send(request, lose)
         client.resend_full = lose
         self._absorb(client, response)
+
+    def _full_heartbeat(self, member: str) -> ConsumerGroupHeartbeatRequest:
+        """A heartbeat with every field, as a client sends after a lost response."""
+        client = self.clients[member]
+        return ConsumerGroupHeartbeatRequest(GROUP, member, client.epoch, rebalance_timeout_ms=60_000,
+                                             subscribed_topic_names=client.topics, topic_partitions=dict(client.owned))
+
+    def _plain_heartbeat(self, member: str, **changes) -> ConsumerGroupHeartbeatRequest:
+        """A heartbeat with the client's epoch and owned partitions, and `changes`."""
+        client = self.clients[member]
+        return ConsumerGroupHeartbeatRequest(GROUP, member, client.epoch, topic_partitions=dict(client.owned), **changes)
 
     def _absorb(self, client: Client, response) -> None:
         if response is None:
@@ -148,8 +161,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         start = self.shard.last_written_offset
         if ack:
             client.owned = dict(client.assignment)
-        self.shard.handle(ConsumerGroupHeartbeatRequest(GROUP, member, client.epoch,
-                                                        topic_partitions=dict(client.owned)), self.now)
+        self.shard.handle(self._plain_heartbeat(member), self.now)
         self.shard.revert(start)
         client.resend_full = True
         assert dump(self.shard) == before
@@ -164,8 +176,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         before = (self.shard.describe_groups(describe), self.shard.list_groups())
         if ack:
             client.owned = dict(client.assignment)
-        result = self.shard.handle(ConsumerGroupHeartbeatRequest(GROUP, member, client.epoch,
-                                                                 topic_partitions=dict(client.owned)), self.now)
+        result = self.shard.handle(self._plain_heartbeat(member), self.now)
         assert (self.shard.describe_groups(describe), self.shard.list_groups()) == before
         self.shard.commit(result.end_offset)
         self.log.extend(result.records)
@@ -177,8 +188,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if not client.joined:
             return
         client.topics = sorted(topics)
-        response = self._send(ConsumerGroupHeartbeatRequest(
-            GROUP, member, client.epoch, subscribed_topic_names=client.topics, topic_partitions=dict(client.owned)))
+        response = self._send(self._plain_heartbeat(member, subscribed_topic_names=client.topics))
         self._absorb(client, response)
 
     @rule(member=st.sampled_from(MEMBERS))
@@ -313,3 +323,79 @@ UniformMachine.TestCase.settings = settings(max_examples=60, stateful_step_count
 RangeMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestCoordinatorWithUniform = UniformMachine.TestCase
 TestCoordinatorWithRange = RangeMachine.TestCase
+
+
+AFFINITY = ClientAssignorMetadata("affinity", 0, 1, 0, 1, b"state")
+
+
+class ClientSideMachine(CoordinatorMachine):
+    """The same clients with a client-side assignor: the member the coordinator chooses runs
+    Prepare, computes ranges per topic from what Prepare returns, and Installs them. A `stall`
+    rule makes a chosen member sit on it until its rebalance timeout passes and another member
+    is chosen. Every invariant above holds, and `converge` (once nobody stalls) still ends Stable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stalled: set[str] = set()
+
+    def _join(self, member, topics):
+        client = self.clients[member]
+        response = self._send(ConsumerGroupHeartbeatRequest(
+            GROUP, member, 0, rebalance_timeout_ms=60_000, subscribed_topic_names=topics, topic_partitions={},
+            client_assignors=(AFFINITY,)))
+        assert response.error_code == 0, response
+        client.joined, client.owned, client.topics = True, {}, topics
+        self._absorb(client, response)
+
+    def _plain_heartbeat(self, member: str, **changes) -> ConsumerGroupHeartbeatRequest:
+        client = self.clients[member]
+        if client.epoch != 0:
+            return super()._plain_heartbeat(member, **changes)
+        # waiting for the group's first installed target: its heartbeats are joins, every field set
+        client.owned = {}
+        changes.setdefault("subscribed_topic_names", client.topics)
+        return ConsumerGroupHeartbeatRequest(GROUP, member, 0, rebalance_timeout_ms=60_000, topic_partitions={},
+                                             client_assignors=(AFFINITY,), **changes)
+
+    def _full_heartbeat(self, member: str) -> ConsumerGroupHeartbeatRequest:
+        return dataclasses.replace(super()._full_heartbeat(member), client_assignors=(AFFINITY,))
+
+    def _send(self, request, lose: bool = False):
+        response = super()._send(request, False)
+        if getattr(response, "should_compute_assignment", False) and request.member_id not in self.stalled:
+            event("client-side assignment installed")
+            self._compute(request.member_id, response.member_epoch)
+        return None if lose else response
+
+    def _compute(self, member: str, epoch: int) -> None:
+        prepared = self._send(PrepareAssignmentRequest(GROUP, member, epoch))
+        assert prepared.error_code == 0, prepared
+        out: dict[str, dict] = {m.member_id: {} for m in prepared.members}
+        for topic in prepared.topics:
+            subs = [m.member_id for m in prepared.members if topic.topic_id in m.subscribed_topic_ids]
+            quota, extra = divmod(topic.num_partitions, len(subs))
+            start = 0
+            for i, m in enumerate(subs):
+                size = quota + (i < extra)
+                if size:
+                    out[m][topic.topic_id] = list(range(start, start + size))
+                start += size
+        installed = self._send(InstallAssignmentRequest(GROUP, member, epoch, prepared.group_epoch, 0, tuple(
+            InstalledMember(m, parts, 1, m.encode()) for m, parts in out.items())))
+        assert installed.error_code == 0, installed
+
+    @rule(member=st.sampled_from(MEMBERS))
+    def stall(self, member):
+        self.stalled.add(member)
+
+    @rule()
+    def converge(self):
+        self.stalled.clear()
+        super().converge()
+        group = self.shard.group(GROUP)
+        if group is not None and group.members:
+            assert self.shard.describe_groups(ConsumerGroupDescribeRequest([GROUP])).groups[0].assignor_name == "affinity"
+
+
+ClientSideMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+TestCoordinatorWithClientSideAssignor = ClientSideMachine.TestCase

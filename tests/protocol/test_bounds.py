@@ -8,7 +8,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema
+from cohort.protocol.versions import request_schema as load_request_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 

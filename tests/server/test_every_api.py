@@ -7,7 +7,7 @@ import socket
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema
+from cohort.protocol.versions import request_schema as load_request_schema
 from kio.static.primitive import Records
 
 from cohort.protocol.versions import SUPPORTED

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import re2
 
-from cohort.coordinator import lag_balance
+from cohort.coordinator import client_assignment, lag_balance
 from cohort.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -53,7 +53,7 @@ from cohort.coordinator.requests import (
     DescribedTopicPartitions,
 )
 from cohort.coordinator.static_members import check_instance_owner
-from cohort.coordinator.target import assignor_name, compute_target, write_target
+from cohort.coordinator.target import assignor_name, compute_target, selection, write_target
 
 
 def member_join_key(group_id: str, member_id: str) -> str:
@@ -108,7 +108,7 @@ def steady_heartbeat(ctx: GroupContext, req: ConsumerGroupHeartbeatRequest, now:
     if (member is None or member.member_epoch != epoch or member.state is not MemberState.STABLE
             or epoch != group.assignment_epoch or epoch != group.group_epoch
             or req.client_id != member.client_id or req.client_host != member.client_host
-            or req.server_assignor is not None
+            or req.server_assignor is not None or req.client_assignors is not None
             or (req.instance_id is not None and req.instance_id != member.instance_id)
             or (req.rack_id is not None and req.rack_id != member.rack_id)
             or (req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms != member.rebalance_timeout_ms)
@@ -203,6 +203,7 @@ def heartbeat(ctx: GroupContext, req: ConsumerGroupHeartbeatRequest, now: int) -
         rebalance_timeout_ms=member.rebalance_timeout_ms if req.rebalance_timeout_ms == -1
         else req.rebalance_timeout_ms,
         server_assignor=member.server_assignor if req.server_assignor is None else req.server_assignor,
+        client_assignors=member.client_assignors if req.client_assignors is None else tuple(req.client_assignors),
         subscribed_topic_names=names,
         subscribed_topic_regex=regex,
         client_id=req.client_id,
@@ -225,12 +226,19 @@ def heartbeat(ctx: GroupContext, req: ConsumerGroupHeartbeatRequest, now: int) -
 
     full = (req.rebalance_timeout_ms != -1 and req.topic_partitions is not None
             and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
-    send_assignment = epoch == 0 or full or current.assigned_partitions != member.assigned_partitions
+    group = ctx.state.groups[gid]
+    result = group.target_results.get(member_id)
+    send_assignment = (epoch == 0 or full or current.assigned_partitions != member.assigned_partitions
+                       or (result is not None and current.member_epoch != member.member_epoch))
+    computation = group.client_assignment
     return ConsumerGroupHeartbeatResponse(
         member_id=member_id,
         member_epoch=current.member_epoch,
         heartbeat_interval_ms=group_config.heartbeat_interval(ctx.config),
         assignment=current.assigned_partitions if send_assignment else None,
+        should_compute_assignment=(computation is not None and computation.member_id == member_id
+                                   and group.group_epoch > group.assignment_epoch),
+        assignment_result=result if send_assignment else None,
     )
 
 
@@ -268,12 +276,14 @@ def update_and_reconcile(ctx: GroupContext, group: ConsumerGroup, member: Consum
             bump = True
     if known and group.preferred_assignor(order) != assignor_before:
         bump = True  # trunk KAFKA-20434
+    if known and updated.client_assignors != member.client_assignors:
+        bump = True  # the client-side assignors or their metadata changed: they may assign otherwise
     if bump:
         ctx.append(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(group.group_epoch + 1, metadata_hash))
 
     # ---- target assignment, computed lazily when the group epoch is ahead
     if group.group_epoch > group.assignment_epoch:
-        update_target(ctx, group)
+        update_target(ctx, group, member_id, now)
 
     # ---- reconcile the member towards its target
     current = group.members[member_id]
@@ -320,6 +330,15 @@ def validate_heartbeat(ctx: GroupContext, req: ConsumerGroupHeartbeatRequest) ->
             raise invalid("InstanceId can't be null.")
     elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         raise invalid("MemberEpoch is invalid.")
+    for a in req.client_assignors or ():
+        if blank(a.name):
+            raise invalid("ClientAssignors names can't be empty.")
+        if not 0 <= a.minimum_version <= a.maximum_version:
+            raise invalid(f"ClientAssignor {a.name} has an invalid version range "
+                          f"[{a.minimum_version}, {a.maximum_version}].")
+        if not a.minimum_version <= a.metadata_version <= a.maximum_version:
+            raise invalid(f"ClientAssignor {a.name}'s MetadataVersion {a.metadata_version} is outside its range "
+                          f"[{a.minimum_version}, {a.maximum_version}].")
     if req.server_assignor is not None and req.server_assignor not in ctx.config.consumer_assignors:
         raise CoordinatorError(
             Errors.UNSUPPORTED_ASSIGNOR,
@@ -407,9 +426,19 @@ def resolve_regex(ctx: GroupContext, group: ConsumerGroup, regex: str, now: int)
     return True
 
 
-def update_target(ctx: GroupContext, group: ConsumerGroup) -> None:
+def update_target(ctx: GroupContext, group: ConsumerGroup, member_id: str, now: int) -> None:
+    """A new target for a group whose epoch moved, in the heartbeat of `member_id`: computed here
+    by a server-side assignor, or asked of a member when the group's assignor is a client-side
+    one (client_assignment.py)."""
     gid, epoch = group.group_id, group.group_epoch
-    name = assignor_name(ctx, group)
+    chosen = selection(ctx, group)
+    if chosen.client_side:
+        client_assignment.on_heartbeat(ctx, group, group.members[member_id], now)
+        return
+    if group.client_assignment is not None:
+        group.client_assignment = None
+        ctx.after(lambda: ctx.timers.cancel(client_assignment.timer_key(gid)))
+    name = chosen.name
     write_target(ctx, gid, epoch, compute_target(group, ctx.image, ctx.assignor(name), epoch, ctx.lag_provider))
     if name == lag_balance.LAG_ASSIGNOR:
         now = ctx.now

@@ -20,6 +20,7 @@ from cohort.coordinator.records import (
     EMPTY_ASSIGNMENT,
     Assignment,
     ClassicMemberMetadata,
+    ClientAssignorMetadata,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,
@@ -80,6 +81,7 @@ class ConsumerGroupMember(NamedTuple):
     assigned_partitions: Assignment = EMPTY_ASSIGNMENT
     partitions_pending_revocation: Assignment = EMPTY_ASSIGNMENT
     classic_member_metadata: ClassicMemberMetadata | None = None
+    client_assignors: tuple[ClientAssignorMetadata, ...] = ()
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
@@ -88,7 +90,7 @@ class ConsumerGroupMember(NamedTuple):
         return ConsumerGroupMemberMetadataValue(
             self.instance_id, self.rack_id, self.client_id, self.client_host,
             tuple(sorted(self.subscribed_topic_names)), self.subscribed_topic_regex,
-            self.rebalance_timeout_ms, self.server_assignor, self.classic_member_metadata,
+            self.rebalance_timeout_ms, self.server_assignor, self.classic_member_metadata, self.client_assignors,
         )
 
     def assignment_value(self) -> ConsumerGroupCurrentMemberAssignmentValue:
@@ -104,7 +106,8 @@ class ConsumerGroupMember(NamedTuple):
                 and self.subscribed_topic_regex == other.subscribed_topic_regex
                 and self.rebalance_timeout_ms == other.rebalance_timeout_ms
                 and self.server_assignor == other.server_assignor
-                and self.classic_member_metadata == other.classic_member_metadata)
+                and self.classic_member_metadata == other.classic_member_metadata
+                and self.client_assignors == other.client_assignors)
 
     def same_assignment(self, other: "ConsumerGroupMember") -> bool:
         return (self.member_epoch == other.member_epoch
@@ -153,7 +156,7 @@ class ConsumerGroup:
         "group_id", "group_epoch", "metadata_hash", "assignment_epoch", "members", "static_members",
         "target_assignment", "partition_epochs", "subscribed_names", "regex_counts",
         "resolved_regexes", "assignor_counts", "classic_members", "refresh_metadata", "spec_cache",
-        "spec_dirty", "spec_image", "spec_topic_ids", "spec_unsorted",
+        "spec_dirty", "spec_image", "spec_topic_ids", "spec_unsorted", "target_results", "client_assignment",
     )
 
     def __init__(self, group_id: str):
@@ -177,6 +180,11 @@ class ConsumerGroup:
         self.spec_image = None
         self.spec_topic_ids: dict = {}
         self.spec_unsorted = 0  # members appended out of member id order since the view was last sorted
+        # member id -> (error, metadata version, metadata bytes) a client-side assignor gave it with
+        # its target (members without any are absent)
+        self.target_results: dict[str, tuple[int, int, bytes]] = {}
+        # soft state for client_assignment.py: who computes the next target, like a timer
+        self.client_assignment = None
 
     group_type = GroupType.CONSUMER
 
@@ -188,6 +196,7 @@ class ConsumerGroup:
         other.members = dict(self.members)
         other.static_members = dict(self.static_members)
         other.target_assignment = dict(self.target_assignment)
+        other.target_results = dict(self.target_results)
         other.partition_epochs = {t: dict(p) for t, p in self.partition_epochs.items()}
         other.subscribed_names = dict(self.subscribed_names)
         other.regex_counts = dict(self.regex_counts)
@@ -304,13 +313,14 @@ class ConsumerGroup:
             new = ConsumerGroupMember(
                 member_id, 0, -1, MemberState.STABLE, value.instance_id, value.rack_id, value.rebalance_timeout_ms,
                 value.client_id, value.client_host, _names(names), value.subscribed_topic_regex,
-                value.server_assignor, EMPTY_ASSIGNMENT, EMPTY_ASSIGNMENT, value.classic_member_metadata)
+                value.server_assignor, EMPTY_ASSIGNMENT, EMPTY_ASSIGNMENT, value.classic_member_metadata,
+                value.client_assignors)
         else:
             new = ConsumerGroupMember(
                 member_id, old.member_epoch, old.previous_member_epoch, old.state, value.instance_id, value.rack_id,
                 value.rebalance_timeout_ms, value.client_id, value.client_host, _names(names),
                 value.subscribed_topic_regex, value.server_assignor, old.assigned_partitions,
-                old.partitions_pending_revocation, value.classic_member_metadata)
+                old.partitions_pending_revocation, value.classic_member_metadata, value.client_assignors)
         if old is not None:
             self._index_member(old, -1)
         self._index_member(new, 1)
@@ -334,7 +344,7 @@ class ConsumerGroup:
         new = ConsumerGroupMember(
             member_id, epoch, previous, state, old.instance_id, old.rack_id, old.rebalance_timeout_ms,
             old.client_id, old.client_host, old.subscribed_topic_names, old.subscribed_topic_regex,
-            old.server_assignor, assigned, pending, old.classic_member_metadata)
+            old.server_assignor, assigned, pending, old.classic_member_metadata, old.client_assignors)
         self._add_partition_epochs(new.assigned_partitions, new.member_epoch)
         self._add_partition_epochs(new.partitions_pending_revocation, new.member_epoch)
         self.members[member_id] = new
@@ -510,11 +520,16 @@ class ShardState:
             old_target = group.target_assignment.get(mid)
             group.spec_dirty.add(mid)
             if track and old_target is not None:
-                inverse = ConsumerGroupTargetAssignmentMemberValue(old_target)
+                inverse = ConsumerGroupTargetAssignmentMemberValue(old_target, *group.target_results.get(mid, (0, 0, b"")))
             if value is None:
                 group.target_assignment.pop(mid, None)
+                group.target_results.pop(mid, None)
             else:
                 group.target_assignment[mid] = value.partitions  # type: ignore[attr-defined]
+                if value.error or value.metadata_version or value.metadata_bytes:  # type: ignore[attr-defined]
+                    group.target_results[mid] = (value.error, value.metadata_version, value.metadata_bytes)  # type: ignore[attr-defined]
+                else:
+                    group.target_results.pop(mid, None)
         elif cls is ConsumerGroupMemberMetadataKey:
             mid = key.member_id  # type: ignore[attr-defined]
             if track:

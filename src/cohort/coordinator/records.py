@@ -186,6 +186,17 @@ class ClassicMemberMetadata(NamedTuple):
     supported_protocols: tuple[tuple[str, bytes], ...] = ()
 
 
+class ClientAssignorMetadata(NamedTuple):
+    """One client-side assignor a member supports (the seeds' `ClientAssignors` entry)."""
+
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int
+    metadata_version: int
+    metadata_bytes: bytes
+
+
 class ConsumerGroupMemberMetadataValue(NamedTuple):
     instance_id: str | None
     rack_id: str | None
@@ -196,6 +207,7 @@ class ConsumerGroupMemberMetadataValue(NamedTuple):
     rebalance_timeout_ms: int
     server_assignor: str | None
     classic_member_metadata: ClassicMemberMetadata | None = None  # tagged field 0
+    client_assignors: tuple[ClientAssignorMetadata, ...] = ()  # cohort's tagged field 1000
 
 
 class ConsumerGroupTargetAssignmentMetadataValue(NamedTuple):
@@ -204,6 +216,10 @@ class ConsumerGroupTargetAssignmentMetadataValue(NamedTuple):
 
 class ConsumerGroupTargetAssignmentMemberValue(NamedTuple):
     partitions: Assignment
+    # What a client-side assignor gave the member beside its partitions (cohort's tagged field 1000)
+    error: int = 0
+    metadata_version: int = 0
+    metadata_bytes: bytes = b""
 
 
 class ConsumerGroupCurrentMemberAssignmentValue(NamedTuple):
@@ -367,6 +383,20 @@ def _topic_partitions(out: bytearray, assignment: Assignment) -> None:
         for p in parts:
             out += _I32.pack(p)
         out.append(0)  # no tagged fields
+
+
+# cohort's own tags in Kafka's record schemas, far above Kafka's (0, 1, ...) so they never meet.
+CLIENT_ASSIGNORS_TAG = 1000
+ASSIGNOR_RESULT_TAG = 1000
+
+
+def _tags(out: bytearray, tags: list[tuple[int, bytes]]) -> None:
+    """A tagged-field section: count, then (tag, size, bytes) in tag order."""
+    _uvarint(out, len(tags))
+    for tag, body in tags:
+        _uvarint(out, tag)
+        _uvarint(out, len(body))
+        out += body
 
 
 class _Reader:
@@ -618,10 +648,9 @@ def encode_value(value: object | None) -> bytes | None:
         _cstr(out, value.subscribed_topic_regex)
         out += _I32.pack(value.rebalance_timeout_ms)
         _cstr(out, value.server_assignor)
+        tags: list[tuple[int, bytes]] = []
         classic = value.classic_member_metadata
-        if classic is None:
-            out.append(0)
-        else:
+        if classic is not None:
             body = bytearray(_I32.pack(classic.session_timeout_ms))
             _uvarint(body, len(classic.supported_protocols) + 1)
             for name, meta in classic.supported_protocols:
@@ -629,13 +658,26 @@ def encode_value(value: object | None) -> bytes | None:
                 _cbytes(body, meta)
                 body.append(0)
             body.append(0)
-            out += b"\x01\x00"
-            _uvarint(out, len(body))
-            out += body
+            tags.append((0, bytes(body)))
+        if value.client_assignors:
+            body = bytearray()
+            _uvarint(body, len(value.client_assignors) + 1)
+            for a in value.client_assignors:
+                _cstr(body, a.name)
+                body += struct.pack(">hhbh", a.minimum_version, a.maximum_version, a.reason, a.metadata_version)
+                _cbytes(body, a.metadata_bytes)
+                body.append(0)
+            tags.append((CLIENT_ASSIGNORS_TAG, bytes(body)))
+        _tags(out, tags)
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         out += b"\x00\x00"
         _topic_partitions(out, value.partitions)
-        out.append(0)
+        if value.error or value.metadata_version or value.metadata_bytes:
+            body = bytearray(struct.pack(">bh", value.error, value.metadata_version))
+            _cbytes(body, value.metadata_bytes)
+            _tags(out, [(ASSIGNOR_RESULT_TAG, bytes(body))])
+        else:
+            out.append(0)
     elif isinstance(value, ConsumerGroupMetadataValue):
         out += b"\x00\x00"
         out += _I32.pack(value.epoch)
@@ -759,15 +801,32 @@ def _member_metadata(r: _Reader) -> ConsumerGroupMemberMetadataValue:
         c.tagged()
         c.done()
         classic = ClassicMemberMetadata(session, tuple(protocols))
+    client_assignors: tuple[ClientAssignorMetadata, ...] = ()
+    if CLIENT_ASSIGNORS_TAG in tags:
+        c = _Reader(tags[CLIENT_ASSIGNORS_TAG])
+        found = []
+        for _ in range(c.count()):
+            name = c.cstr_required()
+            lo, hi, reason, version = c.i16(), c.i16(), c.i8(), c.i16()
+            found.append(ClientAssignorMetadata(name, lo, hi, reason, version, c.cbytes()))
+            c.tagged()
+        c.done()
+        client_assignors = tuple(found)
     return ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex,
-                                            rebalance_timeout, assignor, classic)
+                                            rebalance_timeout, assignor, classic, client_assignors)
 
 
 def _target_member(r: _Reader) -> ConsumerGroupTargetAssignmentMemberValue:
     _flexible_version(r, RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER)
-    value = ConsumerGroupTargetAssignmentMemberValue(r.topic_partitions())
-    r.tagged()
-    return value
+    partitions = r.topic_partitions()
+    tags = r.tagged()
+    if ASSIGNOR_RESULT_TAG not in tags:
+        return ConsumerGroupTargetAssignmentMemberValue(partitions)
+    c = _Reader(tags[ASSIGNOR_RESULT_TAG])
+    error, version = c.i8(), c.i16()
+    metadata = c.cbytes()
+    c.done()
+    return ConsumerGroupTargetAssignmentMemberValue(partitions, error, version, metadata)
 
 
 def _group_metadata(r: _Reader) -> ConsumerGroupMetadataValue:

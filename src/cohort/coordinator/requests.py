@@ -35,6 +35,9 @@ class ConsumerGroupHeartbeatRequest:
     # The topics the member's principal may describe (KIP-848: a regex resolved during this
     # heartbeat matches only those); None when there is no authorizer.
     topic_filter: Callable[[str], bool] | None = None
+    # The member's client-side assignors by its precedence (records.ClientAssignorMetadata);
+    # None: unchanged or not used.
+    client_assignors: tuple | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,73 @@ class ConsumerGroupHeartbeatResponse:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None  # None = field absent on the wire
+    should_compute_assignment: bool = False  # chosen to run the group's client-side assignor
+    # (error, metadata version, metadata bytes) a client-side assignor gave the member, sent with
+    # its assignment
+    assignment_result: tuple[int, int, bytes] | None = None
+
+
+# ------------------------------------------------------------------ client-side assignors (cohort)
+
+@dataclass(frozen=True, slots=True)
+class PrepareAssignmentRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedMember:
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    subscribed_topic_ids: tuple[uuid.UUID, ...]
+    assignor_version: int
+    assignor_reason: int
+    assignor_metadata: bytes
+    target: Assignment  # the member's current target assignment
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTopic:
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareAssignmentResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    group_epoch: int = -1
+    assignor_name: str = ""
+    members: tuple[PreparedMember, ...] = ()
+    topics: tuple[PreparedTopic, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledMember:
+    member_id: str
+    partitions: Mapping[uuid.UUID, Sequence[int]]
+    metadata_version: int = 0
+    metadata_bytes: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class InstallAssignmentRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    group_epoch: int
+    error: int
+    members: tuple[InstalledMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InstallAssignmentResponse:
+    error_code: int = 0
+    error_message: str | None = None
 
 
 # ------------------------------------------------------------------ ConsumerGroupDescribe (69)

@@ -60,7 +60,7 @@ from collections.abc import Callable, Mapping
 
 from cohort.assignors import registry
 from cohort.assignors.api import Assignor
-from cohort.coordinator import classic, consumer, lag_balance, migration
+from cohort.coordinator import classic, client_assignment, consumer, lag_balance, migration
 from cohort.coordinator import offsets as offset_ops
 from cohort.coordinator.classic_group import ClassicGroupState
 from cohort.coordinator.config import GROUP_CONFIG_KEYS, CoordinatorConfig, GroupConfig
@@ -96,6 +96,8 @@ from cohort.coordinator.requests import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     HeartbeatRequest,
+    InstallAssignmentRequest,
+    InstallAssignmentResponse,
     JoinGroupRequest,
     LeaveGroupRequest,
     ListedGroup,
@@ -106,6 +108,8 @@ from cohort.coordinator.requests import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     Parked,
+    PrepareAssignmentRequest,
+    PrepareAssignmentResponse,
     Result,
     SyncGroupRequest,
     TxnMarkerRequest,
@@ -393,6 +397,9 @@ class GroupCoordinatorShard:
         if kind == "lag":
             lag_balance.evaluate(self.context, payload[1], now)
             return
+        if kind == client_assignment.TIMER_KIND:
+            client_assignment.on_timeout(self.context, payload)
+            return
         if kind == "offsets":
             offset_ops.expire_offsets(self.context, now)
             self.timers.schedule(OFFSETS_EXPIRATION_KEY, now + self.config.offsets_retention_check_interval_ms,
@@ -536,8 +543,16 @@ class GroupCoordinatorShard:
             return migration.leave(self.context, consumer, req, now)
         return classic.leave_group(self.context, req, now)
 
+    def _prepare_assignment(self, req: PrepareAssignmentRequest, now: int) -> PrepareAssignmentResponse:
+        return client_assignment.prepare(self.context, req)
+
+    def _install_assignment(self, req: InstallAssignmentRequest, now: int) -> InstallAssignmentResponse:
+        return client_assignment.install(self.context, req)
+
     _WRITE_HANDLERS: dict[type, Callable] = {
         ConsumerGroupHeartbeatRequest: _heartbeat,
+        PrepareAssignmentRequest: _prepare_assignment,
+        InstallAssignmentRequest: _install_assignment,
         JoinGroupRequest: _join_group,
         SyncGroupRequest: _sync_group,
         HeartbeatRequest: _classic_heartbeat,
@@ -667,6 +682,10 @@ class GroupCoordinatorShard:
 def _error_response(request: object, err: CoordinatorError) -> object:
     if isinstance(request, ConsumerGroupHeartbeatRequest):
         return ConsumerGroupHeartbeatResponse(error_code=err.code, error_message=err.message)
+    if isinstance(request, PrepareAssignmentRequest):
+        return PrepareAssignmentResponse(error_code=err.code, error_message=err.message)
+    if isinstance(request, InstallAssignmentRequest):
+        return InstallAssignmentResponse(error_code=err.code, error_message=err.message)
     if isinstance(request, (OffsetCommitRequest, TxnOffsetCommitRequest)):
         return offset_ops.commit_error_response(request, err.code)
     if isinstance(request, AlterGroupConfigRequest):

@@ -24,6 +24,7 @@ from cohort.coordinator.records import (
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
 )
+from cohort.coordinator.selection import Selection, select
 
 if TYPE_CHECKING:
     from cohort.coordinator.context import GroupContext
@@ -186,16 +187,23 @@ def _normalise(assignment: Mapping) -> Assignment:
     return assignment
 
 
+def selection(ctx: GroupContext, group: ConsumerGroup) -> Selection:
+    """The group's assignor and whether it runs on a member (selection.py)."""
+    return select(group, ctx.state.group_config(group.group_id).assignor, ctx.config.consumer_assignors)
+
+
 def assignor_name(ctx: GroupContext, group: ConsumerGroup) -> str:
-    """The members' most common choice, else the group's `consumer.assignor`, else the broker default."""
-    return (group.preferred_assignor(ctx.config.consumer_assignors)
-            or ctx.state.group_config(group.group_id).assignor
-            or ctx.config.consumer_assignors[0])
+    """The members' most common server-side choice, else a client-side assignor all members
+    support, else the group's `consumer.assignor`, else the broker default."""
+    return selection(ctx, group).name
 
 
-def write_target(ctx: GroupContext, gid: str, epoch: int, changed: Mapping[str, Assignment]) -> None:
-    """The records of a new target assignment: the changed members' (by member id), then its epoch."""
+def write_target(ctx: GroupContext, gid: str, epoch: int, changed: Mapping[str, Assignment],
+                 results: Mapping[str, tuple[int, int, bytes]] | None = None) -> None:
+    """The records of a new target assignment: the changed members' (by member id, with what a
+    client-side assignor gave each beside its partitions), then its epoch."""
     for member_id in sorted(changed):
+        result = (0, 0, b"") if results is None else results.get(member_id, (0, 0, b""))
         ctx.append(ConsumerGroupTargetAssignmentMemberKey(gid, member_id),
-                   ConsumerGroupTargetAssignmentMemberValue(changed[member_id]))
+                   ConsumerGroupTargetAssignmentMemberValue(changed[member_id], *result))
     ctx.append(ConsumerGroupTargetAssignmentMetadataKey(gid), ConsumerGroupTargetAssignmentMetadataValue(epoch))

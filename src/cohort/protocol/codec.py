@@ -204,10 +204,9 @@ class MalformedResponse(ValueError):
 
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
     """Size-prefixed request frame: the header the API/version demands (v1 or v2) + body."""
-    from kio.index import load_request_schema
     from kio.serial import entity_writer
 
-    schema = load_request_schema(api_key, version)
+    schema = type(body)  # kio's class of this pair, or cohort's extension of it
     header = schema.__header_schema__
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
@@ -222,10 +221,11 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
 
 def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
     """(correlation id, body) of a response frame (without its size prefix)."""
-    from kio.index import load_response_schema
     from kio.serial import entity_reader
 
-    schema = load_response_schema(api_key, version)
+    from cohort.protocol.versions import response_schema
+
+    schema = response_schema(api_key, version)
     if len(frame) < 4:
         raise MalformedResponse(f"a response frame of {len(frame)} bytes")
     (correlation_id,) = _SIZE.unpack_from(frame, 0)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
+from cohort.protocol import extensions
 from cohort.protocol.bounds import body_checker
 from cohort.protocol.writers import entity_writer as response_writer
 
@@ -62,6 +63,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     66: ("ListTransactions", 0, 1),
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),
+    # cohort's own, for client-side assignors (see cohort.protocol.extensions)
+    extensions.PREPARE_ASSIGNMENT_KEY: ("ConsumerGroupPrepareAssignment", 0, 0),
+    extensions.INSTALL_ASSIGNMENT_KEY: ("ConsumerGroupInstallAssignment", 0, 0),
 }
 
 API_VERSIONS_KEY = 18
@@ -86,9 +90,20 @@ class ApiCodec:
     response_header_flexible: bool
 
 
+def request_schema(api_key: int, version: int) -> type:
+    """The request class of a pair: cohort's extensions (cohort.protocol.extensions), else kio's."""
+    own = extensions.SCHEMAS.get((api_key, version))
+    return own[0] if own is not None else load_request_schema(api_key, version)
+
+
+def response_schema(api_key: int, version: int) -> type:
+    """The response class of a pair: cohort's extensions, else kio's."""
+    own = extensions.SCHEMAS.get((api_key, version))
+    return own[1] if own is not None else load_response_schema(api_key, version)
+
+
 def _build(api_key: int, version: int) -> ApiCodec:
-    req = load_request_schema(api_key, version)
-    resp = load_response_schema(api_key, version)
+    req, resp = request_schema(api_key, version), response_schema(api_key, version)
     return ApiCodec(
         api_key=api_key,
         version=version,

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from cohort.coordinator import requests as rq
+from cohort.coordinator.records import ClientAssignorMetadata
 from cohort.protocol.entities import build, nested
 from cohort.protocol.entities import error_code as err
 from cohort.protocol.operations import GROUP_OPS, NOT_REQUESTED
@@ -61,25 +62,46 @@ def heartbeat_request(body: Any, version: int, client_id: str, client_host: str,
         client_id=client_id,
         client_host=client_host,
         topic_filter=topic_filter,
+        client_assignors=_client_assignors(getattr(body, "client_assignors", None)),
     )
+
+
+def _client_assignors(entries: Any) -> tuple[ClientAssignorMetadata, ...] | None:
+    if entries is None:
+        return None
+    return tuple(ClientAssignorMetadata(a.name, a.minimum_version, a.maximum_version, a.reason, a.metadata_version,
+                                        a.metadata_bytes) for a in entries)
 
 
 class HeartbeatEncoder:
     """Builds ConsumerGroupHeartbeat responses of one version (the classes are looked up once)."""
 
-    __slots__ = ("resp", "assignment", "topic")
+    __slots__ = ("resp", "assignment", "topic", "extended")
 
     def __init__(self, resp: type) -> None:
         self.resp = resp
         self.assignment = nested(resp, "assignment")
         self.topic = nested(self.assignment, "topic_partitions")
+        self.extended = "should_compute_assignment" in resp.__dataclass_fields__  # cohort.protocol.extensions
 
     def __call__(self, r: rq.ConsumerGroupHeartbeatResponse) -> Any:
         assignment = None
         if r.assignment is not None:
             topic = self.topic
-            assignment = self.assignment(topic_partitions=tuple(
-                topic(topic_id=t, partitions=tuple(r.assignment[t])) for t in sorted(r.assignment)))
+            parts = tuple(topic(topic_id=t, partitions=tuple(r.assignment[t])) for t in sorted(r.assignment))
+            if self.extended and r.assignment_result is not None:
+                error, version, metadata = r.assignment_result
+                assignment = self.assignment(topic_partitions=parts, error=error, metadata_version=version,
+                                             metadata_bytes=metadata)
+            else:
+                assignment = self.assignment(topic_partitions=parts)
+        if self.extended and r.should_compute_assignment:
+            return self.resp(
+                throttle_time=ZERO, error_code=err(r.error_code), error_message=r.error_message,
+                member_id=r.member_id, member_epoch=r.member_epoch,
+                heartbeat_interval=datetime.timedelta(milliseconds=r.heartbeat_interval_ms), assignment=assignment,
+                should_compute_assignment=True,
+            )
         return self.resp(
             throttle_time=ZERO, error_code=err(r.error_code), error_message=r.error_message,
             member_id=r.member_id, member_epoch=r.member_epoch,
@@ -90,6 +112,52 @@ class HeartbeatEncoder:
 def heartbeat_error(resp: type, code: int, message: str | None) -> Any:
     return build(resp, throttle_time=ZERO, error_code=err(code), error_message=message, member_id=None,
                  member_epoch=0, heartbeat_interval=ZERO, assignment=None)
+
+
+# --- ConsumerGroupPrepareAssignment / InstallAssignment (cohort's, client-side assignors) ----------
+
+
+def prepare_request(body: Any) -> rq.PrepareAssignmentRequest:
+    return rq.PrepareAssignmentRequest(body.group_id, body.member_id, body.member_epoch)
+
+
+def prepare_response(resp: type, r: rq.PrepareAssignmentResponse) -> Any:
+    member_cls = nested(resp, "members")
+    part_cls = nested(member_cls, "topic_partitions")
+    topic_cls = nested(resp, "topics")
+    members = tuple(member_cls(
+        member_id=m.member_id, member_epoch=m.member_epoch, instance_id=m.instance_id, rack_id=m.rack_id,
+        subscribed_topic_ids=m.subscribed_topic_ids, assignor_version=m.assignor_version,
+        assignor_reason=m.assignor_reason, assignor_metadata=m.assignor_metadata,
+        topic_partitions=tuple(part_cls(topic_id=t, partitions=tuple(m.target[t])) for t in sorted(m.target, key=str)),
+    ) for m in r.members)
+    topics = tuple(topic_cls(topic_id=t.topic_id, topic_name=t.topic_name, num_partitions=t.num_partitions)
+                   for t in r.topics)
+    return resp(throttle_time=ZERO, error_code=err(r.error_code), error_message=r.error_message,
+                group_epoch=r.group_epoch, assignor_name=r.assignor_name, members=members, topics=topics)
+
+
+def prepare_error(resp: type, code: int, message: str | None) -> Any:
+    return prepare_response(resp, rq.PrepareAssignmentResponse(error_code=code, error_message=message))
+
+
+def install_request(body: Any) -> rq.InstallAssignmentRequest:
+    members = []
+    for m in body.members:
+        partitions: dict[uuid.UUID, tuple[int, ...]] = {}
+        for tp in m.topic_partitions:  # a topic listed twice: its lists together (overlaps are then refused)
+            partitions[tp.topic_id] = partitions.get(tp.topic_id, ()) + tuple(tp.partitions)
+        members.append(rq.InstalledMember(m.member_id, partitions, m.metadata_version, m.metadata_bytes))
+    return rq.InstallAssignmentRequest(body.group_id, body.member_id, body.member_epoch, body.group_epoch,
+                                       body.error, tuple(members))
+
+
+def install_response(resp: type, r: rq.InstallAssignmentResponse) -> Any:
+    return resp(throttle_time=ZERO, error_code=err(r.error_code), error_message=r.error_message)
+
+
+def install_error(resp: type, code: int, message: str | None) -> Any:
+    return install_response(resp, rq.InstallAssignmentResponse(code, message))
 
 
 # --- ConsumerGroupDescribe ----------------------------------------------------------------------

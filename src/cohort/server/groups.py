@@ -51,6 +51,7 @@ from cohort.coordinator.config import INT_MAX
 from cohort.coordinator.errors import Errors
 from cohort.coordinator.lag import TopicOffsets
 from cohort.protocol import DecodedRequest
+from cohort.protocol.extensions import INSTALL_ASSIGNMENT_KEY, PREPARE_ASSIGNMENT_KEY
 from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
 from cohort.server import _classic, overview
@@ -185,6 +186,8 @@ def install(server: "Server") -> None:
     reg = server.apis.register
     reg(68, coordinator.consumer_group_heartbeat, min_version=0, max_version=1)
     reg(69, coordinator.consumer_group_describe, min_version=0, max_version=1)
+    reg(PREPARE_ASSIGNMENT_KEY, coordinator.prepare_assignment, min_version=0, max_version=0)
+    reg(INSTALL_ASSIGNMENT_KEY, coordinator.install_assignment, min_version=0, max_version=0)
     reg(8, coordinator.offset_commit, min_version=2, max_version=10)
     reg(9, coordinator.offset_fetch, min_version=1, max_version=10)
     reg(16, coordinator.list_groups, min_version=0, max_version=5)
@@ -619,6 +622,30 @@ class GroupCoordinator:
         request = wire.heartbeat_request(req.body, req.version, req.client_id or "", wire.client_host(ctx.peer),
                                          topic_filter)
         return runtime.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
+
+    # --- ConsumerGroupPrepareAssignment / InstallAssignment (cohort's 1000 / 1001) -------------
+
+    def prepare_assignment(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        resp = req.codec.response_type
+        return self._client_assignment(ctx, req, wire.prepare_request(req.body),
+                                       lambda r: wire.prepare_response(resp, r),
+                                       lambda code, msg: wire.prepare_error(resp, code, msg))
+
+    def install_assignment(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        resp = req.codec.response_type
+        return self._client_assignment(ctx, req, wire.install_request(req.body),
+                                       lambda r: wire.install_response(resp, r),
+                                       lambda code, msg: wire.install_error(resp, code, msg))
+
+    def _client_assignment(self, ctx: "RequestContext", req: DecodedRequest, request: Any,
+                           answer: Callable[[Any], Any], fail: Callable[[int, str | None], Any]) -> Any:
+        """READ on the group, as for the heartbeats of the member that sends these."""
+        runtime = self.runtime_for(request.group_id)
+        if not runtime.loaded:
+            return fail(*runtime.unserved)
+        if ctx.server.authorizer is not None and not ctx.authorize(acls.READ, acls.GROUP, request.group_id):
+            return fail(Errors.GROUP_AUTHORIZATION_FAILED, None)
+        return runtime.write(ctx, request, answer, fail)
 
     # --- ConsumerGroupDescribe (69) ----------------------------------------------------------
 
