@@ -1,4 +1,5 @@
-"""confluent-kafka (librdkafka 2.16) consumers with group.protocol=consumer against `cohort serve`."""
+"""KIP-848 consumers against `cohort serve`: confluent-kafka (librdkafka 2.16) with
+group.protocol=consumer, and the same tests with cohort.client (through cohort_client_sync)."""
 
 import time
 
@@ -7,6 +8,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort.server.testing import ServerProcess
+from cohort_client_sync import SyncConsumer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -40,13 +42,21 @@ def produce(bootstrap, topic, partitions, start, count):
     assert p.flush(20) == 0
 
 
-def consumer(bootstrap, group, assignor=None, **extra):
+CLIENTS = {"confluent-kafka": ck.Consumer, "cohort.client": SyncConsumer}
+
+
+@pytest.fixture(params=sorted(CLIENTS))
+def kind(request):
+    return request.param
+
+
+def consumer(bootstrap, group, assignor=None, kind="confluent-kafka", **extra):
     conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": extra.pop("client_id", "e2e")}
     if assignor:
         conf["group.remote.assignor"] = assignor
     conf.update(extra)
-    return ck.Consumer(conf)
+    return CLIENTS[kind](conf)
 
 
 def commit(c, m, attempts=60):
@@ -106,17 +116,17 @@ def committed(bootstrap, group, topic, partitions):
 
 
 @pytest.mark.parametrize("assignor", ["uniform", "range"])
-def test_members_join_and_leave_and_every_message_is_consumed_once(server, assignor):
-    topic, group, n = f"orders-{assignor}", f"g-{assignor}", 6
+def test_members_join_and_leave_and_every_message_is_consumed_once(server, assignor, kind):
+    topic, group, n = f"orders-{assignor}-{kind}", f"g-{assignor}-{kind}", 6
     create(server.bootstrap, topic, n)
     produce(server.bootstrap, topic, n, 0, 240)
     g = Group()
     try:
-        g.members["a"] = consumer(server.bootstrap, group, assignor)
+        g.members["a"] = consumer(server.bootstrap, group, assignor, kind)
         g.members["a"].subscribe([topic])
         g.poll_until(lambda: len(g.assignments()["a"]) == n and len(g.seen) >= 60, what="a owns everything")
-        g.members["b"] = consumer(server.bootstrap, group, assignor)
-        g.members["c"] = consumer(server.bootstrap, group, assignor)
+        g.members["b"] = consumer(server.bootstrap, group, assignor, kind)
+        g.members["c"] = consumer(server.bootstrap, group, assignor, kind)
         g.members["b"].subscribe([topic])
         g.members["c"].subscribe([topic])
         g.poll_until(lambda: sorted(len(a) for a in g.assignments().values()) == [2, 2, 2], what="2/2/2")
@@ -140,13 +150,13 @@ def test_members_join_and_leave_and_every_message_is_consumed_once(server, assig
             c.close()
 
 
-def test_static_member_rejoins_with_its_partitions(server):
-    topic, group = "static-t", "g-static"
+def test_static_member_rejoins_with_its_partitions(server, kind):
+    topic, group = f"static-t-{kind}", f"g-static-{kind}"
     create(server.bootstrap, topic, 4)
     g = Group()
     try:
         for name in ("s1", "s2"):
-            g.members[name] = consumer(server.bootstrap, group, "uniform", **{"group.instance.id": f"inst-{name}"})
+            g.members[name] = consumer(server.bootstrap, group, "uniform", kind, **{"group.instance.id": f"inst-{name}"})
             g.members[name].subscribe([topic])
         g.poll_until(lambda: sorted(len(a) for a in g.assignments().values()) == [2, 2], what="2/2")
         before = g.assignments()
@@ -156,7 +166,7 @@ def test_static_member_rejoins_with_its_partitions(server):
         g.members.pop("s1").close()  # a static member leaves with epoch -2: its partitions stay reserved
         g.poll_until(lambda: True, timeout=1)
         assert g.assignments()["s2"] == before["s2"]
-        g.members["s1"] = consumer(server.bootstrap, group, "uniform", **{"group.instance.id": "inst-s1"})
+        g.members["s1"] = consumer(server.bootstrap, group, "uniform", kind, **{"group.instance.id": "inst-s1"})
         g.members["s1"].subscribe([topic])
         g.poll_until(lambda: g.assignments()["s1"] == before["s1"], what="s1 gets its partitions back")
         assert g.assignments()["s2"] == before["s2"]
@@ -165,36 +175,38 @@ def test_static_member_rejoins_with_its_partitions(server):
             c.close()
 
 
-def test_regex_subscription_picks_up_a_topic_created_later(server):
-    create(server.bootstrap, "pat-one", 2)
-    create(server.bootstrap, "other-one", 2)
+def test_regex_subscription_picks_up_a_topic_created_later(server, kind):
+    pat = "pat" if kind == "confluent-kafka" else "cpat"
+    create(server.bootstrap, f"{pat}-one", 2)
+    create(server.bootstrap, f"other-one-{kind}", 2)
+    group = f"g-regex-{kind}"
     g = Group()
     try:
-        g.members["r"] = consumer(server.bootstrap, "g-regex")
-        g.members["r"].subscribe(["^pat.*"])
-        g.poll_until(lambda: g.assignments()["r"] == [("pat-one", 0), ("pat-one", 1)], what="pat-one")
-        create(server.bootstrap, "pat-two", 1)
-        produce(server.bootstrap, "pat-two", 1, 0, 5)
-        g.poll_until(lambda: ("pat-two", 0) in g.assignments()["r"] and len(g.seen) >= 5, what="pat-two")
-        assert {t for _, t, *_ in g.seen} == {"pat-two"}
+        g.members["r"] = consumer(server.bootstrap, group, kind=kind)
+        g.members["r"].subscribe([f"^{pat}-.*"])
+        g.poll_until(lambda: g.assignments()["r"] == [(f"{pat}-one", 0), (f"{pat}-one", 1)], what=f"{pat}-one")
+        create(server.bootstrap, f"{pat}-two", 1)
+        produce(server.bootstrap, f"{pat}-two", 1, 0, 5)
+        g.poll_until(lambda: (f"{pat}-two", 0) in g.assignments()["r"] and len(g.seen) >= 5, what=f"{pat}-two")
+        assert {t for _, t, *_ in g.seen} == {f"{pat}-two"}
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
-        desc = admin.describe_consumer_groups(["g-regex"])["g-regex"].result(10)
+        desc = admin.describe_consumer_groups([group])[group].result(10)
         assert desc.state == ck.ConsumerGroupState.STABLE
         [member] = desc.members
         assert sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) == [
-            ("pat-one", 0), ("pat-one", 1), ("pat-two", 0)]
+            (f"{pat}-one", 0), (f"{pat}-one", 1), (f"{pat}-two", 0)]
     finally:
         for c in g.members.values():
             c.close()
 
 
-def test_admin_describe_and_list_and_restart_keeps_offsets(tmp_path):
+def test_admin_describe_and_list_and_restart_keeps_offsets(tmp_path, kind):
     srv = start(tmp_path / "data", tmp_path / "server.log")
     try:
         create(srv.bootstrap, "kept", 3)
         produce(srv.bootstrap, "kept", 3, 0, 30)
         g = Group()
-        g.members["k"] = consumer(srv.bootstrap, "g-kept", client_id="keeper")
+        g.members["k"] = consumer(srv.bootstrap, "g-kept", kind=kind, client_id="keeper")
         g.members["k"].subscribe(["kept"])
         g.poll_until(lambda: len(g.seen) >= 30, what="30 messages")
         admin = AdminClient({"bootstrap.servers": srv.bootstrap})
@@ -214,7 +226,7 @@ def test_admin_describe_and_list_and_restart_keeps_offsets(tmp_path):
         assert committed(again.bootstrap, "g-kept", "kept", 3) == {0: 10, 1: 10, 2: 10}
         produce(again.bootstrap, "kept", 3, 30, 3)
         g = Group()
-        g.members["k"] = consumer(again.bootstrap, "g-kept")
+        g.members["k"] = consumer(again.bootstrap, "g-kept", kind=kind)
         g.members["k"].subscribe(["kept"])
         g.poll_until(lambda: len(g.seen) >= 3, what="the 3 new messages")
         assert sorted(v for *_, v in g.seen) == [b"v30", b"v31", b"v32"]  # resumed at the committed offsets

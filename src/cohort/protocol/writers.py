@@ -201,11 +201,18 @@ def entity_writer(cls: type) -> Writer:
     if c.flexible and not tagged:
         c.lines.append("    buf += b'\\x00'")
     elif c.flexible:
-        # Tags in increasing order; one left at its default is not written (as kio does).
+        # Tags in increasing order; one left at its default is not written (as kio does). Every
+        # tag at its default (the common case) is one comparison each and one byte.
+        ordered = sorted(tagged, key=lambda t: t[0])
+        defaults = [c.name('_d', get_tagged_field_default(field)) for _, field in ordered]
+        checks = " and ".join(f"e.{field.name} == {d}" for (_, field), d in zip(ordered, defaults))
+        c.lines.append(f"    if {checks}:")
+        c.lines.append("        buf += b'\\x00'")
+        c.lines.append("        return")
         c.lines.append("    tags = []")
-        for tag, field in sorted(tagged, key=lambda t: t[0]):
+        for (tag, field), default in zip(ordered, defaults):
             c.lines.append(f"    v = e.{field.name}")
-            c.lines.append(f"    if v != {c.name('_d', get_tagged_field_default(field))}:")
+            c.lines.append(f"    if v != {default}:")
             c.lines.append("        t = bytearray()")
             c.value(field, "v", "t", "        ", True)
             c.lines.append(f"        tags.append(_uv({tag}) + _uv(len(t)) + t)")

@@ -62,13 +62,12 @@ def heartbeat_request(body: Any, version: int, client_id: str, client_host: str,
         client_id=client_id,
         client_host=client_host,
         topic_filter=topic_filter,
-        client_assignors=_client_assignors(getattr(body, "client_assignors", None)),
+        client_assignors=None if (entries := getattr(body, "client_assignors", None)) is None
+        else _client_assignors(entries),
     )
 
 
-def _client_assignors(entries: Any) -> tuple[ClientAssignorMetadata, ...] | None:
-    if entries is None:
-        return None
+def _client_assignors(entries: Any) -> tuple[ClientAssignorMetadata, ...]:
     return tuple(ClientAssignorMetadata(a.name, a.minimum_version, a.maximum_version, a.reason, a.metadata_version,
                                         a.metadata_bytes) for a in entries)
 
