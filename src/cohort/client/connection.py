@@ -1,19 +1,62 @@
-"""One asyncio connection to one broker: pipelined requests, responses matched by correlation id,
-and the broker's API versions, read once with ApiVersions."""
+"""One asyncio connection to one broker: TLS and SASL (PLAIN, SCRAM-SHA-256/512) when asked for,
+pipelined requests, responses matched by correlation id, and the broker's API versions, read
+once with ApiVersions."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from cohort.protocol.codec import decode_response, encode_request
 from cohort.protocol.entities import build
 from cohort.protocol.versions import request_schema
 
 _SIZE = struct.Struct(">i")
-API_VERSIONS = 18
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class AuthenticationError(RuntimeError):
+    """The broker refused the SASL handshake or the credentials."""
+
+
+@dataclass(frozen=True)
+class Security:
+    """How to reach brokers: `security.protocol`, and the `ssl.*` and `sasl.*` settings
+    (librdkafka's names)."""
+
+    protocol: str = "PLAINTEXT"
+    context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Security":
+        protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"security.protocol must be one of {', '.join(PROTOCOLS)}")
+        context = None
+        if protocol.endswith("SSL"):
+            context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
+            if str(config.get("ssl.endpoint.identification.algorithm") or "https").lower() == "none":
+                context.check_hostname = False
+            if config.get("ssl.certificate.location"):
+                context.load_cert_chain(config["ssl.certificate.location"], config.get("ssl.key.location"),
+                                        config.get("ssl.key.password"))
+        mechanism = None
+        if protocol.startswith("SASL"):
+            mechanism = str(config.get("sasl.mechanism") or "PLAIN").upper()
+            if mechanism not in MECHANISMS:
+                raise ValueError(f"sasl.mechanism must be one of {', '.join(MECHANISMS)}")
+            if not config.get("sasl.username") or config.get("sasl.password") is None:
+                raise ValueError("SASL needs sasl.username and sasl.password")
+        return cls(protocol, context, mechanism, config.get("sasl.username"), config.get("sasl.password"))
 
 
 class KafkaConnectionError(ConnectionError):
@@ -38,20 +81,55 @@ class BrokerConnection:
         self._closed = False
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str, node_id: int = -1,
-                   timeout: float = 10.0) -> "BrokerConnection":
+    async def open(cls, host: str, port: int, client_id: str, node_id: int = -1, timeout: float = 10.0,
+                   security: Security = Security()) -> "BrokerConnection":
         conn = cls(host, port, client_id, node_id)
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
+            conn._reader, conn._writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, ssl=security.context, server_hostname=host if security.context else None), timeout)
+        except (OSError, asyncio.TimeoutError) as exc:  # ssl.SSLError is an OSError
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from None
         conn._reading = asyncio.get_running_loop().create_task(conn._read_loop())
-        resp = await conn.request(API_VERSIONS, 3, client_software_name="cohort-client", client_software_version="1")
-        if resp.error_code:
+        try:
+            resp = await conn.request(API_VERSIONS, 3, client_software_name="cohort-client",
+                                      client_software_version="1")
+            if resp.error_code:
+                raise UnsupportedVersionError(f"{host}:{port} refused ApiVersions v3 (error {int(resp.error_code)})")
+            conn.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            if security.mechanism is not None:
+                await conn._authenticate(security)
+        except BaseException:
             await conn.close()
-            raise UnsupportedVersionError(f"{host}:{port} refused ApiVersions v3 (error {int(resp.error_code)})")
-        conn.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            raise
         return conn
+
+    async def _authenticate(self, security: Security) -> None:
+        """SaslHandshake v1, then SaslAuthenticate: one round for PLAIN, two for SCRAM."""
+        resp = await self.request(SASL_HANDSHAKE, 1, mechanism=security.mechanism)
+        if resp.error_code:
+            raise AuthenticationError(f"{self.host}:{self.port} does not offer SASL {security.mechanism} "
+                                      f"(it offers {', '.join(resp.mechanisms) or 'none'})")
+
+        async def exchange(data: bytes) -> bytes:
+            answer = await self.request(SASL_AUTHENTICATE, 2, auth_bytes=data)
+            if answer.error_code:
+                raise AuthenticationError(answer.error_message or f"SASL authentication failed ({int(answer.error_code)})")
+            return bytes(answer.auth_bytes)
+
+        user, password = security.username or "", security.password or ""
+        if security.mechanism == "PLAIN":
+            await exchange(b"\0" + user.encode() + b"\0" + password.encode())
+            return
+        import scramp
+
+        client = scramp.ScramClient([security.mechanism], user, password)
+        server_first = await exchange(client.get_client_first().encode())
+        try:
+            client.set_server_first(server_first.decode())
+            server_final = await exchange(client.get_client_final().encode())
+            client.set_server_final(server_final.decode())
+        except scramp.ScramException as exc:
+            raise AuthenticationError(f"SCRAM with {self.host}:{self.port}: {exc}") from None
 
     def supports(self, api_key: int, version: int) -> bool:
         lo, hi = self.versions.get(api_key, (0, -1))

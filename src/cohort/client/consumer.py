@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode as E
 
 from cohort.client.assignors import AssignorMember, ClientAssignor, ClientGroupSpec, MemberAssignment
-from cohort.client.connection import BrokerConnection, KafkaConnectionError
+from cohort.client.connection import BrokerConnection, KafkaConnectionError, Security
 from cohort.client.records import ConsumerRecord, decode_records
 from cohort.protocol import extensions as x
 
@@ -51,6 +51,15 @@ DEFAULTS: dict[str, Any] = {
     "check.crcs": True,
     "retry.backoff.ms": 100,
     "request.timeout.ms": 30_000,
+    "security.protocol": "PLAINTEXT",
+    "ssl.ca.location": None,
+    "ssl.certificate.location": None,
+    "ssl.key.location": None,
+    "ssl.key.password": None,
+    "ssl.endpoint.identification.algorithm": "https",
+    "sasl.mechanism": None,
+    "sasl.username": None,
+    "sasl.password": None,
 }
 _RETRIABLE_COORDINATOR = {E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress}
 
@@ -114,6 +123,7 @@ class Consumer:
             raise ValueError("auto.offset.reset must be earliest, latest or none")
         if self.config["isolation.level"] not in ("read_uncommitted", "read_committed"):
             raise ValueError("isolation.level must be read_uncommitted or read_committed")
+        self._security = Security.from_config(self.config)
         self.group_id: str = self.config["group.id"]
         self.member_id = uuid.uuid4().hex  # ConsumerGroupHeartbeat v1: the member makes its own id
         self.member_epoch = 0
@@ -326,7 +336,8 @@ class Consumer:
         errors = []
         for host, port in self._bootstrap:
             try:
-                self._any_conn = await BrokerConnection.open(host, port, self.config["client.id"])
+                self._any_conn = await BrokerConnection.open(host, port, self.config["client.id"],
+                                                             security=self._security)
                 return self._any_conn
             except (KafkaConnectionError, OSError) as exc:
                 errors.append(str(exc))
@@ -354,7 +365,8 @@ class Consumer:
         if node_id not in self._brokers:
             await self._refresh_metadata()
         host, port = self._brokers[node_id]
-        conn = self._conns[node_id] = await BrokerConnection.open(host, port, self.config["client.id"], node_id)
+        conn = self._conns[node_id] = await BrokerConnection.open(host, port, self.config["client.id"], node_id,
+                                                                  security=self._security)
         return conn
 
     async def _coordinator_conn(self) -> BrokerConnection:
@@ -369,7 +381,8 @@ class Consumer:
         # so a heartbeat or commit behind a long-polling Fetch would wait for it.
         if self._coordinator is not None:
             await self._coordinator.close()
-        self._coordinator = await BrokerConnection.open(found.host, found.port, self.config["client.id"], found.node_id)
+        self._coordinator = await BrokerConnection.open(found.host, found.port, self.config["client.id"],
+                                                        found.node_id, security=self._security)
         return self._coordinator
 
     # ---------------------------------------------------------------- membership
