@@ -37,6 +37,7 @@ from cohort.config import ConfigError, upstream_client_settings
 
 from cohort.protocol.codec import (MalformedRequest, MalformedResponse, UnsupportedApi, decode_request,
                                    decode_response, encode_request, encode_response, peek_header)
+from cohort.protocol.extensions import INSTALL_ASSIGNMENT_KEY, PREPARE_ASSIGNMENT_KEY
 from cohort.protocol.tagged import Truncated
 from cohort.protocol.versions import SUPPORTED
 from cohort.protocol.entities import build, has_field, nested
@@ -55,7 +56,7 @@ log = logging.getLogger("cohort.upstream")
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, LIST_GROUPS = 0, 1, 3, 10, 16
 SASL_HANDSHAKE, API_VERSIONS, TXN_OFFSET_COMMIT, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 17, 18, 28, 36, 60
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69, PREPARE_ASSIGNMENT_KEY, INSTALL_ASSIGNMENT_KEY})
 LOCAL_APIS = GROUP_APIS | {SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE, TXN_OFFSET_COMMIT}
 VERSION_CAPS = {PRODUCE: 9, FETCH: 15}  # NodeEndpoints (KIP-951) above these
 GROUP_KEY = 0
