@@ -290,3 +290,22 @@ def test_bad_settings_are_refused_with_one_clear_line():
         Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "fetch.max.bites": 1})
     with pytest.raises(ValueError, match="group.id is required"):
         Consumer({"bootstrap.servers": "127.0.0.1:1"})
+
+
+def test_async_for_yields_every_record_in_offset_order_per_partition(srv):
+    produce(srv, "iter", 2, 50)
+
+    async def scenario():
+        c = Consumer({"bootstrap.servers": bootstrap(srv), "group.id": "iter-group", "auto.offset.reset": "earliest"})
+        c.subscribe(["iter"])
+        got: dict[int, list[int]] = {0: [], 1: []}
+        async with c:
+            async for record in c:
+                got[record.partition].append(record.offset)
+                if sum(map(len, got.values())) == 50:
+                    break
+            positions = {p: c.position(TopicPartition("iter", p)) for p in (0, 1)}
+        return got, positions
+
+    got, positions = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert got == {0: list(range(25)), 1: list(range(25))} and positions == {0: 25, 1: 25}

@@ -62,6 +62,9 @@ DEFAULTS: dict[str, Any] = {
     "sasl.password": None,
 }
 _RETRIABLE_COORDINATOR = {E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress}
+# a leader moving, a topic being created: worth reading the cluster again and retrying
+_RETRIABLE_DATA = {E.not_leader_or_follower, E.unknown_topic_or_partition, E.leader_not_available,
+                   E.fenced_leader_epoch, E.unknown_leader_epoch, E.offset_not_available}
 
 
 class TopicPartition(NamedTuple):
@@ -139,6 +142,7 @@ class Consumer:
         self._fetch_positions: dict[TopicPartition, int] = {}  # next offset to fetch
         self._buffer: deque[tuple[TopicPartition, list[ConsumerRecord]]] = deque()
         self._buffered: set[TopicPartition] = set()
+        self._iterated: deque[ConsumerRecord] = deque()  # what `async for` took but has not yielded yet
         self._interval_s = 5.0
         self._assignment_result: tuple[int, int, bytes] = (0, 0, b"")
         # cluster view
@@ -240,11 +244,10 @@ class Consumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
-        while True:
-            if getattr(self, "_pending_records", None):
-                return self._pending_records.popleft()
+        while not self._iterated:
             batch = await self.getmany(timeout_ms=1000)
-            self._pending_records = deque(r for records in batch.values() for r in records)
+            self._iterated.extend(r for records in batch.values() for r in records)
+        return self._iterated.popleft()
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit `offsets` (next offsets to read), by default the positions of every owned
@@ -637,7 +640,7 @@ class Consumer:
                     for t in group.topics for p in t.partitions}
         raise KafkaError(E.coordinator_not_available, "no coordinator answered OffsetFetch")
 
-    async def _reset(self, tps: set[TopicPartition]) -> None:
+    async def _reset(self, tps: set[TopicPartition], attempts: int = 20) -> None:
         policy = self.config["auto.offset.reset"]
         if policy == "none":
             raise NoOffsetForPartitionError(f"no committed offset for {sorted(tps)}")
@@ -647,6 +650,7 @@ class Consumer:
             if tp not in self._leaders:
                 await self._refresh_metadata()
             by_leader.setdefault(self._leaders.get(tp, -1), []).append(tp)
+        retry: set[TopicPartition] = set()
         for leader, group in by_leader.items():
             conn = await self._broker(leader)
             by_topic: dict[str, list[int]] = {}
@@ -657,10 +661,19 @@ class Consumer:
                                           _list_offsets_topic(t, ps, timestamp) for t, ps in by_topic.items()))
             for t in resp.topics:
                 for p in t.partitions:
-                    if p.error_code:
-                        raise KafkaError(int(p.error_code), f"ListOffsets for {t.name}-{p.partition_index}")
                     tp = TopicPartition(t.name, p.partition_index)
-                    self._positions[tp] = self._fetch_positions[tp] = p.offset
+                    if p.error_code in _RETRIABLE_DATA:
+                        retry.add(tp)
+                    elif p.error_code:
+                        raise KafkaError(int(p.error_code), f"ListOffsets for {t.name}-{p.partition_index}")
+                    else:
+                        self._positions[tp] = self._fetch_positions[tp] = p.offset
+        if retry:
+            if attempts <= 1:
+                raise KafkaError(E.not_leader_or_follower, f"ListOffsets for {sorted(retry)} kept failing")
+            await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
+            await self._refresh_metadata()
+            await self._reset(retry, attempts - 1)
 
     def _isolation(self) -> int:
         return 1 if self.config["isolation.level"] == "read_committed" else 0
@@ -735,7 +748,8 @@ class Consumer:
                     self._data.set()
                 elif next_offset != started[tp]:
                     self._positions[tp] = max(self._positions.get(tp, next_offset), next_offset)
-        if refresh:
+        if refresh:  # a leader moved or a topic went: read the cluster again, after a pause
+            await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
             await self._refresh_metadata()
 
     async def _auto_commit(self) -> None:
