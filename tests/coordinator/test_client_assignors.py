@@ -175,8 +175,10 @@ def test_a_chosen_member_that_leaves_is_replaced_by_the_next_to_heartbeat():
     assert p.group_epoch == 3 and [m.member_id for m in p.members] == ["b"]
 
 
-@pytest.mark.parametrize("bad", [ca(""), ca("x", 2, 1), ca("x", 0, 1, version=3), ca("x", -1, 1)])
+@pytest.mark.parametrize("bad", [(ca(""),), (ca("x", 2, 1),), (ca("x", 0, 1, version=3),), (ca("x", -1, 1),),
+                                 tuple(ca(f"a{i}") for i in range(33))])
 def test_heartbeats_with_invalid_client_assignors_are_refused(bad):
     shard = make_shard()
-    r = shard.handle(join("g", "a", client_assignors=(bad,)), 0)
+    r = shard.handle(join("g", "a", client_assignors=bad), 0)
     assert r.response.error_code == Errors.INVALID_REQUEST and r.records == []
+    assert run(shard, join("g", "a", client_assignors=tuple(ca(f"a{i}") for i in range(32))), 0).response.error_code == 0

@@ -56,6 +56,11 @@ from cohort.coordinator.static_members import check_instance_owner
 from cohort.coordinator.target import assignor_name, compute_target, selection, write_target
 
 
+# A member's client-side assignors live in its metadata record: a bound keeps a client from
+# growing every record of its group (cohort's; Kafka has no client-side assignors).
+MAX_CLIENT_ASSIGNORS = 32
+
+
 def member_join_key(group_id: str, member_id: str) -> str:
     """A classic member of a consumer group must re-join by then (after REBALANCE_IN_PROGRESS)."""
     return f"join-{group_id}-{member_id}"
@@ -330,6 +335,9 @@ def validate_heartbeat(ctx: GroupContext, req: ConsumerGroupHeartbeatRequest) ->
             raise invalid("InstanceId can't be null.")
     elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         raise invalid("MemberEpoch is invalid.")
+    if req.client_assignors is not None and len(req.client_assignors) > MAX_CLIENT_ASSIGNORS:
+        raise invalid(f"ClientAssignors lists {len(req.client_assignors)} assignors; at most "
+                      f"{MAX_CLIENT_ASSIGNORS} are accepted.")
     for a in req.client_assignors or ():
         if blank(a.name):
             raise invalid("ClientAssignors names can't be empty.")
