@@ -67,22 +67,42 @@ _uuid_int = attrgetter("int")
 _UUID_ONLY = frozenset((uuid.UUID,))
 
 
+_sorted_cache: dict[frozenset, list] = {}
+
+
+def _sorted_subscription(topic_ids) -> list:
+    """`sorted_topic_ids` of a subscription, remembered for frozensets: the members of a group
+    share one subscription object, and sorting 1,000 topic ids costs about 0.2 ms a rebalance."""
+    if type(topic_ids) is not frozenset:
+        return sorted_topic_ids(topic_ids)
+    found = _sorted_cache.get(topic_ids)
+    if found is None:
+        if len(_sorted_cache) >= 256:
+            _sorted_cache.clear()
+        found = _sorted_cache[topic_ids] = sorted_topic_ids(topic_ids)
+    return found
+
+
 def known_topics(topic_ids, topics: SubscribedTopicDescriber) -> tuple[list, list[int]]:
     """(topic ids, partition counts) for the topics the describer knows, in sorted topic order.
 
     Unknown topics (-1) are ignored rather than rejected: the coordinator only passes known
     topics, and a topic deleted between metadata refreshes should not fail the whole group.
     Two lists rather than a dict: a dict would hash every topic id again (in Python code for
-    `uuid.UUID`), a noticeable share of a small group's assignment.
+    `uuid.UUID`), a noticeable share of a small group's assignment. A describer's optional
+    `partition_counts(topic_ids)` answers for all topics in one call.
     """
-    known, counts = [], []
-    num_partitions = topics.num_partitions
-    for topic_id in sorted_topic_ids(topic_ids):
-        n = num_partitions(topic_id)
+    ordered = _sorted_subscription(topic_ids)
+    many = getattr(topics, "partition_counts", None)
+    counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
+    if min(counts, default=0) >= 0:
+        return list(ordered), counts
+    known, kept = [], []
+    for topic_id, n in zip(ordered, counts):
         if n >= 0:
             known.append(topic_id)
-            counts.append(n)
-    return known, counts
+            kept.append(n)
+    return known, kept
 
 
 def reuse(assignment: Mapping) -> MemberAssignment:

@@ -18,6 +18,8 @@ Conventions every assignor follows:
   sequence indexed by partition, empty when no rack is known). Rack-aware assignors use it when
   present instead of one `racks_for_partition` call per partition; it is an optional fast path,
   so it is not part of the `SubscribedTopicDescriber` protocol.
+* A describer may also offer `partition_counts(topic_ids)`: `num_partitions` of a sequence of
+  topics in one call (an optional fast path for groups subscribed to many topics).
 * An assignor may also offer `fresh_owners(groups: FreshGroups) -> (owners, done)`: for many
   groups at once, in columns, the owners `assign` would give the groups it takes (`done`), -1
   for the others. It is an optional fast path for the Spark pipeline, which assigns millions of
@@ -131,6 +133,10 @@ class TopicDescriber:
     def num_partitions(self, topic_id: TopicId) -> int:
         meta = self._topics.get(topic_id)
         return -1 if meta is None else meta.num_partitions
+
+    def partition_counts(self, topic_ids: Sequence[TopicId]) -> list[int]:
+        """`num_partitions` of every topic at once (-1: unknown)."""
+        return [-1 if meta is None else meta.num_partitions for meta in map(self._topics.get, topic_ids)]
 
     def racks_for_partition(self, topic_id: TopicId, partition: int) -> frozenset[str]:
         meta = self._topics.get(topic_id)

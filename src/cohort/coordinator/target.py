@@ -47,6 +47,9 @@ class GroupTopicDescriber:
         topic = self._image.by_id.get(topic_id)
         return -1 if topic is None else topic.num_partitions
 
+    def partition_counts(self, topic_ids: Sequence[uuid.UUID]) -> list[int]:
+        return [-1 if topic is None else topic.num_partitions for topic in map(self._image.by_id.get, topic_ids)]
+
     def racks_for_partition(self, topic_id: uuid.UUID, partition: int) -> frozenset[str]:
         topic = self._image.by_id.get(topic_id)
         if topic is None or partition >= len(topic.racks):
