@@ -9,17 +9,7 @@ back to it.
 from __future__ import annotations
 
 from cohort.protocol.records import HEADER, HEADER_SIZE, decode_batch
-
-
-def _varint(buf: bytes, p: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[p]
-        p += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value >> 1) ^ -(value & 1), p
-        shift += 7
+from cohort.protocol.records import read_varint as _varint
 
 
 def batch_records(batch: bytes) -> list[tuple[int, bytes | None, bytes | None]]:

@@ -146,13 +146,16 @@ def _varint(value: int, out: bytearray) -> None:
     out.append(v)
 
 
-def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A record's zigzag varint at ``pos``: (value, next position). The end of ``buf`` is found by
+    the IndexError of reading past it (free until it happens), so record loops can share this."""
     value = 0
     shift = 0
     while True:
-        if pos >= len(buf):
-            raise InvalidBatch("record varint runs past the end of the batch")
-        b = buf[pos]
+        try:
+            b = buf[pos]
+        except IndexError:
+            raise InvalidBatch("record varint runs past the end of the batch") from None
         pos += 1
         value |= (b & 0x7F) << shift
         if not b & 0x80:
@@ -232,16 +235,16 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Reco
     append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_FLAG else None
     out = []
     for _ in range(h.record_count):
-        length, p = _read_varint(mv, p)
+        length, p = read_varint(mv, p)
         end = p + length
         if length < 0 or end > len(mv):
             raise InvalidBatch("record runs past the end of the batch")
         p += 1  # attributes
-        ts_delta, p = _read_varint(mv, p)
-        off_delta, p = _read_varint(mv, p)
+        ts_delta, p = read_varint(mv, p)
+        off_delta, p = read_varint(mv, p)
         parts = []
         for _k in range(2):
-            n, p = _read_varint(mv, p)
+            n, p = read_varint(mv, p)
             if n < 0:
                 parts.append(None)
             else:
@@ -249,13 +252,13 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Reco
                     raise InvalidBatch("record key or value runs past the record")
                 parts.append(bytes(mv[p : p + n]))
                 p += n
-        n_headers, p = _read_varint(mv, p)
+        n_headers, p = read_varint(mv, p)
         headers = []
         for _h in range(n_headers):
-            n, p = _read_varint(mv, p)
+            n, p = read_varint(mv, p)
             hkey = bytes(mv[p : p + n]).decode(errors="replace")
             p += n
-            n, p = _read_varint(mv, p)
+            n, p = read_varint(mv, p)
             hval = None if n < 0 else bytes(mv[p : p + n])
             p += max(n, 0)
             headers.append((hkey, hval))
@@ -285,10 +288,10 @@ def record_times(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[
         p = HEADER_SIZE
     base_ts, base = h.base_timestamp, h.base_offset
     for _ in range(h.record_count):
-        length, p = _read_varint(mv, p)
+        length, p = read_varint(mv, p)
         end = p + length
-        ts_delta, q = _read_varint(mv, p + 1)  # after the attributes byte
-        off_delta, _ = _read_varint(mv, q)
+        ts_delta, q = read_varint(mv, p + 1)  # after the attributes byte
+        off_delta, _ = read_varint(mv, q)
         yield base + off_delta, base_ts + ts_delta
         p = end
 
