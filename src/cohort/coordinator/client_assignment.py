@@ -149,12 +149,12 @@ def install(ctx: GroupContext, req: InstallAssignmentRequest) -> InstallAssignme
                                        f"Member {entry.member_id} is assigned topic {topic_id}, which it does not "
                                        f"subscribe to.")
             parts = tuple(sorted(partitions))
+            if parts and not 0 <= parts[0] <= parts[-1] < topic.num_partitions:
+                missing = parts[0] if parts[0] < 0 else parts[-1]
+                raise CoordinatorError(Errors.INVALID_REQUEST, f"Partition {topic.name}-{missing} does not exist.")
+            twice = len(set(parts)) != len(parts)
             for p in parts:
-                if not 0 <= p < topic.num_partitions:
-                    raise CoordinatorError(Errors.INVALID_REQUEST,
-                                           f"Partition {topic.name}-{p} does not exist.")
-                held = owner.setdefault((topic_id, p), entry.member_id)
-                if held != entry.member_id or (parts.count(p) > 1):
+                if twice and parts.count(p) > 1 or owner.setdefault((topic_id, p), entry.member_id) != entry.member_id:
                     raise CoordinatorError(Errors.INVALID_REQUEST,
                                            f"Partition {topic.name}-{p} is assigned more than once.")
             if parts:
