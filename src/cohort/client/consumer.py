@@ -24,6 +24,8 @@ from cohort.client.assignors import AssignorMember, ClientAssignor, ClientGroupS
 from cohort.client.connection import BrokerConnection, KafkaConnectionError, Security
 from cohort.client.records import ConsumerRecord, decode_records
 from cohort.protocol import extensions as x
+from cohort.protocol.entities import build, nested
+from cohort.protocol.versions import request_schema
 
 log = logging.getLogger("cohort.client")
 
@@ -782,9 +784,6 @@ def _assignor_entry(a: ClientAssignor) -> Any:
 
 
 def _commit_topic(topic: str, parts: list[tuple[int, int]]) -> Any:
-    from cohort.protocol.entities import build, nested
-    from cohort.protocol.versions import request_schema
-
     topic_cls = nested(request_schema(OFFSET_COMMIT, 9), "topics")
     part_cls = nested(topic_cls, "partitions")
     return build(topic_cls, name=topic, partitions=tuple(
@@ -793,9 +792,6 @@ def _commit_topic(topic: str, parts: list[tuple[int, int]]) -> Any:
 
 
 def _offset_fetch_group(group_id: str, member_id: str, epoch: int, by_topic: dict[str, list[int]]) -> Any:
-    from cohort.protocol.entities import build, nested
-    from cohort.protocol.versions import request_schema
-
     group_cls = nested(request_schema(OFFSET_FETCH, 9), "groups")
     topic_cls = nested(group_cls, "topics")
     return build(group_cls, group_id=group_id, member_id=member_id, member_epoch=epoch, topics=tuple(
@@ -803,9 +799,6 @@ def _offset_fetch_group(group_id: str, member_id: str, epoch: int, by_topic: dic
 
 
 def _list_offsets_topic(topic: str, partitions: list[int], timestamp: int) -> Any:
-    from cohort.protocol.entities import build, nested
-    from cohort.protocol.versions import request_schema
-
     topic_cls = nested(request_schema(LIST_OFFSETS, 7), "topics")
     part_cls = nested(topic_cls, "partitions")
     return build(topic_cls, name=topic, partitions=tuple(
@@ -813,17 +806,11 @@ def _list_offsets_topic(topic: str, partitions: list[int], timestamp: int) -> An
 
 
 def _fetch_partition(partition: int, offset: int, max_bytes: int) -> Any:
-    from cohort.protocol.entities import nested
-    from cohort.protocol.versions import request_schema
-
     cls = nested(nested(request_schema(FETCH, 12), "topics"), "partitions")
     return cls(partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
                log_start_offset=-1, partition_max_bytes=max_bytes)
 
 
 def _fetch_topic(topic: str, partitions: list) -> Any:
-    from cohort.protocol.entities import nested
-    from cohort.protocol.versions import request_schema
-
     return nested(request_schema(FETCH, 12), "topics")(topic=topic, partitions=tuple(partitions))
 
