@@ -309,3 +309,22 @@ def test_async_for_yields_every_record_in_offset_order_per_partition(srv):
 
     got, positions = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert got == {0: list(range(25)), 1: list(range(25))} and positions == {0: 25, 1: 25}
+
+
+def test_record_headers_from_a_librdkafka_producer_arrive(srv):
+    admin = AdminClient({"bootstrap.servers": bootstrap(srv)})
+    for f in admin.create_topics([NewTopic("hdr", 1)]).values():
+        f.result(10)
+    producer = ck.Producer({"bootstrap.servers": bootstrap(srv)})
+    producer.produce("hdr", key=b"k", value=b"v", headers=[("trace", b"abc"), ("empty", None)])
+    assert producer.flush(10) == 0
+
+    async def scenario():
+        c = Consumer({"bootstrap.servers": bootstrap(srv), "group.id": "hdr-group", "auto.offset.reset": "earliest"})
+        c.subscribe(["hdr"])
+        async with c:
+            async for record in c:
+                return record
+
+    record = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert (record.key, record.value, record.headers) == (b"k", b"v", (("trace", b"abc"), ("empty", None)))
