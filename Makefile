@@ -9,13 +9,13 @@ RUN_STAMP := $(VENV)/.run-stamp
 
 # `make test` installs everything (test tools, PySpark for the pipeline); `make run` only what the
 # broker needs, unless everything is there already.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/cohort/assignors/_uniform_native.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,fast,pipeline]'
 	@touch $(STAMP) $(RUN_STAMP)
 
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml setup.py src/cohort/assignors/_uniform_native.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[fast]'

@@ -154,6 +154,9 @@ def build_spec(case: Case, assignor) -> tuple[GroupSpec, TopicDescriber]:
     return GroupSpec.of(members), describer
 
 
+CALLS: int | None = None  # --calls
+
+
 def run_case(case: Case, repeat: int) -> tuple[list[float] | None, list[float], str]:
     """Wall-clock and CPU milliseconds of each timed run, or None and the reason it was skipped."""
     try:
@@ -163,13 +166,14 @@ def run_case(case: Case, repeat: int) -> tuple[list[float] | None, list[float], 
     spec, describer = build_spec(case, assignor)
     assignor.assign(spec, describer)
     wall, cpu = [], []
+    number = max(CALLS or case.number, case.number)
     for _ in range(repeat):
         gc.collect()
         start, start_cpu = time.perf_counter(), time.process_time()
-        for _ in range(case.number):
+        for _ in range(number):
             assignor.assign(spec, describer)
-        cpu.append((time.process_time() - start_cpu) * 1000 / case.number)
-        wall.append((time.perf_counter() - start) * 1000 / case.number)
+        cpu.append((time.process_time() - start_cpu) * 1000 / number)
+        wall.append((time.perf_counter() - start) * 1000 / number)
     return wall, cpu, ""
 
 
@@ -182,9 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per case (default 7)")
     parser.add_argument("--member-order", choices=["coordinator", "random"], default="coordinator",
                         help="members in member id order as the coordinator passes them (default), or as drawn")
+    parser.add_argument("--calls", type=int, help="back-to-back calls per timed run, as in a JMH iteration "
+                        "(default: 1 after a full garbage collection; 200 for small groups)")
     args = parser.parse_args(argv)
-    global MEMBER_ORDER
+    global MEMBER_ORDER, CALLS
     MEMBER_ORDER = args.member_order
+    CALLS = args.calls
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     names = args.assignor or ["uniform", "range", "lag"]

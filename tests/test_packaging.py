@@ -31,6 +31,14 @@ def test_no_extra_is_installed(venv):
     assert missing.stdout.strip() == "[]"
 
 
+def test_a_plain_install_builds_the_c_extension(venv, tmp_path):
+    """The assignor's C builder comes with the package, not only with the editable install."""
+    found = subprocess.run([str(venv / "python"), "-c", "import cohort.assignors._uniform_native as m; print(m.__file__)"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert found.returncode == 0, found.stderr[-1000:]
+    assert found.stdout.strip().startswith(str(venv.parent)), found.stdout
+
+
 def test_broker_and_tools_run_from_a_plain_install(venv, tmp_path):
     cohort = str(venv / "cohort")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COHORT_", "KAFKA_", "PYTHON"))}

@@ -25,7 +25,7 @@ from cohort.assignors import (
     get,
 )
 from cohort.assignors._uniform_heterogeneous import MAX_ITERATION_COUNT, _LoadRanges
-from cohort.assignors._uniform_homogeneous import assign_homogeneous
+from cohort.assignors._uniform_homogeneous import assign_homogeneous, native
 from cohort.assignors._uniform_small import (
     SMALL_MEMBERS,
     SMALL_PARTITIONS,
@@ -745,3 +745,80 @@ def test_reused_copies_only_the_mappings_that_are_not_dicts():
     assert [type(x) for x in out] == [dict] * 6
     assert out == [{}, a, {"u": (3,)}, b, {}, {"u": (3,)}]
     assert out[1] is a and out[3] is b
+
+
+def canonical(currents: list, topic_ids: list, counts: list) -> bool:
+    """Whether current assignments are in the form the C builder takes (it declines the rest)."""
+    index = {t: i for i, t in enumerate(topic_ids)}
+    claimed = set()
+    for current in currents:
+        if type(current) is not dict:
+            if len(current):
+                return False
+            continue
+        last = (-1, -1)
+        for t, parts in current.items():
+            if t not in index or type(parts) is not tuple or not parts:
+                return False
+            for p in parts:
+                if type(p) is not int or not 0 <= p < counts[index[t]] or (index[t], p) <= last:
+                    return False
+                if (index[t], p) in claimed:
+                    return False
+                claimed.add((index[t], p))
+                last = (index[t], p)
+    return True
+
+
+def test_the_c_builder_is_built():
+    """`make test` (pip install) compiles it; the Python builders are only the fallback."""
+    assert native is not None, "cohort.assignors._uniform_native was not built: is a C compiler installed?"
+
+
+@PROPERTY_SETTINGS
+@given(small_groups(), st.booleans())
+def test_the_c_builder_matches_the_python_builders_or_declines(group, with_hashes):
+    members, topics = group
+    ids, currents, topic_ids, counts = small_args(members, topics)
+    hashes = list(map(hash, topic_ids)) if with_hashes else None
+    result = native.assign_homogeneous(ids, currents, topic_ids, counts, hashes, tuple(range(max(counts, default=0))))
+    if not canonical(currents, topic_ids, counts):
+        assert result is None
+        return
+    expected = assign_by_partition(ids, currents, topic_ids, counts)
+    assert expected == reference_homogeneous(members, topics)
+    assert result is not None
+    assert_same_result(result, expected, currents)
+    assert assign_homogeneous(GroupSpec.of(members), topics, vectorised=True) == result
+    # Its own output is canonical: assigning again hands every member its dict back.
+    again = native.assign_homogeneous(ids, [result[m] for m in ids], topic_ids, counts, None, tuple(range(max(counts, default=0))))
+    assert all(again[m] is result[m] for m in ids)
+
+
+@pytest.mark.parametrize("member_count,partitions", [(1, 0), (3, 1), (64, 1000), (1000, 999), (3000, 20000)])
+def test_the_c_builder_matches_the_reference_as_members_leave_and_join(member_count, partitions):
+    rng = random.Random(member_count)
+    topic_ids = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(10)]
+    topics = TopicDescriber({t: TopicMetadata(rng.randint(0, 2 * partitions // 10 + 1)) for t in topic_ids})
+    subscription = frozenset(topic_ids)
+    members = {str(uuid.UUID(int=rng.getrandbits(128))): MemberSubscription(subscription) for _ in range(member_count)}
+    for _ in range(3):
+        result = assign(members, topics)
+        args = small_args(members, topics)
+        assert canonical(*args[1:])
+        assert result == reference_homogeneous(members, topics)
+        assert_same_result(result, assign_homogeneous(GroupSpec.of(members), topics, vectorised=True), args[1])
+        members = {m: MemberSubscription(subscription, assignment=a) for m, a in result.items() if rng.random() < 0.8}
+        members.update({str(uuid.UUID(int=rng.getrandbits(128))): MemberSubscription(subscription)
+                        for _ in range(member_count // 4 + 1)})
+
+
+def test_the_c_builder_rejects_mismatched_arguments():
+    with pytest.raises(ValueError):
+        native.assign_homogeneous(["a"], [], ["t"], [1], None, (0,))
+    with pytest.raises(ValueError):
+        native.assign_homogeneous(["a"], [{}], ["t"], [-1], None, (0,))
+    with pytest.raises(ValueError):
+        native.assign_homogeneous(["a"], [{}], ["t"], [5], None, (0, 1))
+    with pytest.raises(TypeError):
+        native.assign_homogeneous(("a",), [{}], ["t"], [1], None, (0,))

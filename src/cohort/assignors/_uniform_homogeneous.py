@@ -17,6 +17,10 @@ fix), in the canonical order: members by member id, topics by topic id, partitio
 Everything per partition runs in numpy, and the output is assembled from runs of consecutive
 partitions with C-level `map`s; members whose assignment did not change get their input mapping
 back unchanged. Small groups take the equivalent plain code in `_uniform_small` instead.
+
+Where the C extension `_uniform_native` is built (at install, when a compiler is there) it does all
+of this in one pass for canonical current assignments, which is what the coordinator passes; the
+Python builders remain the reference, and handle everything else (input to clean up, no compiler).
 """
 
 from __future__ import annotations
@@ -33,17 +37,32 @@ from cohort.assignors._uniform_common import ints, known_topics, partition_tuple
 from cohort.assignors._uniform_small import SMALL_MEMBERS, SMALL_PARTITIONS, assign_homogeneous_small
 from cohort.assignors.api import GroupAssignment, GroupSpec, PartitionAssignorError, SubscribedTopicDescriber
 
+try:  # built from _uniform_native.c at install time where a C compiler is available (setup.py)
+    from cohort.assignors import _uniform_native as native
+except ImportError:  # pragma: no cover - the pure-Python builders below do the same work
+    native = None
+
 
 def assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber,
                        vectorised: bool | None = None) -> GroupAssignment:
-    """Assign; `vectorised` forces the numpy or the plain path (default: by group size)."""
+    """Assign; `vectorised` forces the numpy or the plain path (default: the C builder when it is
+    built and the input is canonical, otherwise by group size)."""
     members = spec.members
     member_ids = sorted(members)
     member_count = len(member_ids)
     if not member_count:
         return {}
-    topic_ids, counts = known_topics(members[member_ids[0]].subscribed_topic_ids, topics)
-    currents = list(map(_assignment, map(members.__getitem__, member_ids)))
+    topic_ids, counts, hashes = known_topics(members[member_ids[0]].subscribed_topic_ids, topics)
+    # The coordinator passes members in member id order already: then `sorted` returned the same
+    # objects in the same order, the comparison is by identity, and no member is looked up.
+    if member_ids == list(members):
+        currents = list(map(_assignment, members.values()))
+    else:
+        currents = list(map(_assignment, map(members.__getitem__, member_ids)))
+    if vectorised is None and native is not None:
+        result = native.assign_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints(max(counts, default=0)))
+        if result is not None:
+            return result
     if vectorised is False or (vectorised is None and member_count <= SMALL_MEMBERS
                                and sum(counts) <= SMALL_PARTITIONS):
         return assign_homogeneous_small(member_ids, currents, topic_ids, counts)

@@ -1,0 +1,437 @@
+/* The uniform assignor's homogeneous builder in C: the same rules as `_uniform_homogeneous`
+ * (Kafka's UniformHomogeneousAssignmentBuilder with the KAFKA-18688 fix), for current assignments
+ * in canonical form.
+ *
+ * Why C: the algorithm is a few array walks, but in Python its cost is dominated by reading tens
+ * of thousands of current tuples and building as many output dicts and tuples. Here each is one
+ * pass with no intermediate Python objects.
+ *
+ * Scope: only canonical input is handled here: every current assignment a dict whose values are
+ * non-empty tuples of ascending exact ints within the topic, topics in topic order, no partition
+ * claimed twice. That is what the coordinator passes (it stores this assignor's own output). For
+ * anything else `assign_homogeneous` returns None and the caller takes the Python builders, which
+ * clean such input up (and are the reference this module is tested against).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Topic id object (by address) -> topic index: current assignments normally carry the very
+ * objects of the subscription, so most lookups need neither a Python hash nor a compare. */
+typedef struct {
+    PyObject *key;
+    Py_ssize_t index;
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask;
+    size_t used;
+} AddressTable;
+
+static size_t
+address_slot(const AddressTable *table, PyObject *key)
+{
+    uint64_t x = (uint64_t)(uintptr_t)key;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & table->mask;
+}
+
+static Py_ssize_t
+address_get(const AddressTable *table, PyObject *key)
+{
+    for (size_t at = address_slot(table, key);; at = (at + 1) & table->mask) {
+        if (table->slots[at].key == key)
+            return table->slots[at].index;
+        if (table->slots[at].key == NULL)
+            return -1;
+    }
+}
+
+static void
+address_put(AddressTable *table, PyObject *key, Py_ssize_t index)
+{
+    if ((table->used + 1) * 2 > table->mask + 1)
+        return; /* full enough: later lookups of this key go through the value dict */
+    size_t at = address_slot(table, key);
+    while (table->slots[at].key != NULL && table->slots[at].key != key)
+        at = (at + 1) & table->mask;
+    if (table->slots[at].key == NULL)
+        table->used++;
+    table->slots[at].key = key;
+    table->slots[at].index = index;
+}
+
+static int
+compare_int32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* What the scan of the current assignments concluded. */
+enum { SCAN_OK = 0, SCAN_ERROR = -1, SCAN_NOT_CANONICAL = 1 };
+
+typedef struct {
+    Py_ssize_t members, topics;
+    int64_t total;
+    int64_t *offsets;    /* topics + 1: first global partition number of each topic */
+    int32_t *owner;      /* total: 1 + index of the member owning a partition, 0 if nobody */
+    int32_t *entries;    /* each member's owned global partitions, ascending, members in order */
+    Py_ssize_t *start;   /* members + 1: where each member's entries begin */
+    char *not_dict;      /* members: the current assignment is an empty non-dict mapping */
+    Py_hash_t *hashes;   /* topics: hash of each topic id, or -1 until needed */
+    AddressTable table;
+    PyObject *by_value;  /* topic id -> index, built on the first address miss */
+} Work;
+
+static Py_ssize_t
+topic_index(Work *w, PyObject *topic_ids, PyObject *key)
+{
+    Py_ssize_t t = address_get(&w->table, key);
+    if (t >= 0)
+        return t;
+    if (w->by_value == NULL) {
+        w->by_value = PyDict_New();
+        if (w->by_value == NULL)
+            return -2;
+        for (Py_ssize_t i = 0; i < w->topics; i++) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyDict_SetItem(w->by_value, PyList_GET_ITEM(topic_ids, i), index) < 0) {
+                Py_XDECREF(index);
+                return -2;
+            }
+            Py_DECREF(index);
+        }
+    }
+    PyObject *found = PyDict_GetItemWithError(w->by_value, key);
+    if (found == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    t = PyLong_AsSsize_t(found);
+    address_put(&w->table, key, t);
+    return t;
+}
+
+static int
+scan_currents(Work *w, PyObject *currents, PyObject *topic_ids)
+{
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < w->members; i++) {
+        PyObject *current = PyList_GET_ITEM(currents, i);
+        w->start[i] = n;
+        if (!PyDict_CheckExact(current)) {
+            Py_ssize_t size = PyObject_Length(current);
+            if (size < 0)
+                return SCAN_ERROR;
+            if (size > 0)
+                return SCAN_NOT_CANONICAL;
+            w->not_dict[i] = 1;
+            continue;
+        }
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        int64_t previous = -1;
+        while (PyDict_Next(current, &position, &key, &value)) {
+            Py_ssize_t t = topic_index(w, topic_ids, key);
+            if (t == -2)
+                return SCAN_ERROR;
+            if (t < 0 || !PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) == 0)
+                return SCAN_NOT_CANONICAL;
+            int64_t base = w->offsets[t], count = w->offsets[t + 1] - base;
+            Py_ssize_t size = PyTuple_GET_SIZE(value);
+            for (Py_ssize_t k = 0; k < size; k++) {
+                PyObject *item = PyTuple_GET_ITEM(value, k);
+                if (!PyLong_CheckExact(item))
+                    return SCAN_NOT_CANONICAL;
+                int overflow = 0;
+                long long p = PyLong_AsLongLongAndOverflow(item, &overflow);
+                if (overflow || p < 0 || p >= count)
+                    return SCAN_NOT_CANONICAL;
+                int64_t g = base + p;
+                if (g <= previous || w->owner[g] != 0)
+                    return SCAN_NOT_CANONICAL;
+                w->owner[g] = (int32_t)(i + 1);
+                w->entries[n++] = (int32_t)g;
+                previous = g;
+            }
+        }
+    }
+    w->start[w->members] = n;
+    return SCAN_OK;
+}
+
+static Py_hash_t
+topic_hash(Work *w, PyObject *topic_ids, PyObject *hashes, Py_ssize_t t)
+{
+    if (w->hashes[t] != -1)
+        return w->hashes[t];
+    Py_hash_t h;
+    if (hashes != Py_None) {
+        h = PyLong_AsSsize_t(PyList_GET_ITEM(hashes, t));
+        if (h == -1 && PyErr_Occurred())
+            return -1;
+    } else {
+        h = PyObject_Hash(PyList_GET_ITEM(topic_ids, t));
+    }
+    w->hashes[t] = h;
+    return h;
+}
+
+/* {topic id: (partitions...)} for ascending global partition numbers. */
+static PyObject *
+member_dict(Work *w, const int32_t *parts, Py_ssize_t size, PyObject *topic_ids, PyObject *hashes, PyObject *ints)
+{
+    PyObject *out = PyDict_New();
+    if (out == NULL || size == 0)
+        return out;
+    /* The topic of the first partition: the last topic starting at or before it. */
+    Py_ssize_t lo = 0, hi = w->topics;
+    while (hi - lo > 1) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (w->offsets[mid] <= parts[0])
+            lo = mid;
+        else
+            hi = mid;
+    }
+    Py_ssize_t t = lo, k = 0;
+    while (k < size) {
+        while (parts[k] >= w->offsets[t + 1])
+            t++;
+        Py_ssize_t end = k;
+        while (end < size && parts[end] < w->offsets[t + 1])
+            end++;
+        PyObject *tuple = PyTuple_New(end - k);
+        if (tuple == NULL)
+            goto fail;
+        for (Py_ssize_t j = k; j < end; j++) {
+            PyObject *item = PyTuple_GET_ITEM(ints, parts[j] - w->offsets[t]);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(tuple, j - k, item);
+        }
+        PyObject_GC_UnTrack(tuple); /* ints only: as the collector itself would on its next pass */
+        PyObject *key = PyList_GET_ITEM(topic_ids, t);
+        Py_hash_t h = topic_hash(w, topic_ids, hashes, t);
+        int rc;
+        if (h == -1 && PyErr_Occurred())
+            rc = -1;
+        else
+#if PY_VERSION_HEX < 0x030D0000
+            rc = _PyDict_SetItem_KnownHash(out, key, tuple, h);
+#else
+            rc = PyDict_SetItem(out, key, tuple);
+#endif
+        Py_DECREF(tuple);
+        if (rc < 0)
+            goto fail;
+        k = end;
+    }
+    /* Holding only topic ids and those tuples, the dict cannot be part of a reference cycle, so the
+     * cyclic collector need not track it: with tens of thousands of members, collections walking
+     * the fresh output would otherwise cost about as much as building it. (A dict tracks itself
+     * again if a container is ever stored in it.) */
+    PyObject_GC_UnTrack(out);
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *
+build(Work *w, PyObject *member_ids, PyObject *currents, PyObject *topic_ids, PyObject *hashes, PyObject *ints)
+{
+    Py_ssize_t members = w->members;
+    int64_t total = w->total;
+    int64_t min_quota = total / members, extra_left = total % members;
+    Py_ssize_t owned_total = w->start[members];
+
+    /* Quotas and what each member keeps: walking members in order, one offered an extra slot keeps
+     * it if it already owns more than min_quota, or if every member left is needed for the extra
+     * slots left; otherwise it hands the slot on (KAFKA-18688). A member keeps a prefix of its
+     * ascending partitions and revokes the rest. */
+    int64_t *kept = PyMem_Malloc(sizeof(int64_t) * (size_t)members * 2 + 1);
+    int32_t *unassigned = PyMem_Malloc(sizeof(int32_t) * (size_t)(total + 1));
+    int32_t *buffer = PyMem_Malloc(sizeof(int32_t) * (size_t)(min_quota + 2));
+    PyObject *result = NULL;
+    if (kept == NULL || unassigned == NULL || buffer == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *remaining = kept + members;
+    Py_ssize_t free_count = 0;
+    for (int64_t g = 0; g < total; g++)
+        if (w->owner[g] == 0)
+            unassigned[free_count++] = (int32_t)g;
+    Py_ssize_t count = free_count, wanted = 0;
+    for (Py_ssize_t i = 0; i < members; i++) {
+        int64_t owned = w->start[i + 1] - w->start[i], quota = min_quota;
+        if (extra_left > 0 && (owned > min_quota || members - i == extra_left)) {
+            quota++;
+            extra_left--;
+        }
+        kept[i] = owned < quota ? owned : quota;
+        remaining[i] = quota - kept[i];
+        wanted += remaining[i];
+        for (Py_ssize_t e = w->start[i] + kept[i]; e < w->start[i + 1]; e++)
+            unassigned[count++] = w->entries[e];
+    }
+    if (wanted != count || total - owned_total != free_count) {
+        result = Py_None; /* cannot happen for canonical input; let the Python builder judge */
+        Py_INCREF(result);
+        goto done;
+    }
+
+    result = _PyDict_NewPresized(members);
+    if (result == NULL)
+        goto done;
+    Py_ssize_t dealt = 0;
+    for (Py_ssize_t i = 0; i < members; i++) {
+        PyObject *current = PyList_GET_ITEM(currents, i), *out;
+        int64_t owned = w->start[i + 1] - w->start[i];
+        if (kept[i] == owned && remaining[i] == 0) {
+            if (w->not_dict[i]) {
+                out = PyDict_New();
+            } else {
+                out = current;
+                Py_INCREF(out);
+            }
+        } else {
+            Py_ssize_t size = (Py_ssize_t)(kept[i] + remaining[i]);
+            memcpy(buffer, w->entries + w->start[i], sizeof(int32_t) * (size_t)kept[i]);
+            memcpy(buffer + kept[i], unassigned + dealt, sizeof(int32_t) * (size_t)remaining[i]);
+            dealt += remaining[i];
+            for (Py_ssize_t k = 1; k < size; k++) {
+                if (buffer[k] < buffer[k - 1]) {
+                    qsort(buffer, (size_t)size, sizeof(int32_t), compare_int32);
+                    break;
+                }
+            }
+            out = member_dict(w, buffer, size, topic_ids, hashes, ints);
+        }
+        if (out == NULL || PyDict_SetItem(result, PyList_GET_ITEM(member_ids, i), out) < 0) {
+            Py_XDECREF(out);
+            Py_CLEAR(result);
+            goto done;
+        }
+        Py_DECREF(out);
+    }
+done:
+    PyMem_Free(kept);
+    PyMem_Free(unassigned);
+    PyMem_Free(buffer);
+    return result;
+}
+
+PyDoc_STRVAR(assign_homogeneous_doc,
+"assign_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints) -> dict | None\n\n"
+"The homogeneous uniform assignment for members in member id order with their current\n"
+"assignments, over topics in topic order with their partition counts. `hashes` is a list of the\n"
+"topic ids' hashes or None; `ints` a tuple (0, 1, ...) covering the widest topic. Members whose\n"
+"assignment does not change get their current dict back. None when the current assignments are\n"
+"not in canonical form (the Python builders handle those).");
+
+static PyObject *
+assign_homogeneous(PyObject *module, PyObject *args)
+{
+    PyObject *member_ids, *currents, *topic_ids, *counts, *hashes, *ints;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!:assign_homogeneous", &PyList_Type, &member_ids, &PyList_Type,
+                          &currents, &PyList_Type, &topic_ids, &PyList_Type, &counts, &hashes, &PyTuple_Type,
+                          &ints))
+        return NULL;
+    Work w;
+    memset(&w, 0, sizeof(w));
+    w.members = PyList_GET_SIZE(currents);
+    w.topics = PyList_GET_SIZE(topic_ids);
+    if (PyList_GET_SIZE(member_ids) != w.members || PyList_GET_SIZE(counts) != w.topics
+        || (hashes != Py_None && (!PyList_CheckExact(hashes) || PyList_GET_SIZE(hashes) != w.topics))) {
+        PyErr_SetString(PyExc_ValueError, "member ids and currents, topic ids, counts and hashes must match");
+        return NULL;
+    }
+    if (w.members == 0)
+        return PyDict_New();
+
+    PyObject *result = NULL;
+    w.offsets = PyMem_Malloc(sizeof(int64_t) * (size_t)(w.topics + 1));
+    w.hashes = PyMem_Malloc(sizeof(Py_hash_t) * (size_t)(w.topics + 1));
+    size_t slots = 16;
+    while (slots < (size_t)w.topics * 4)
+        slots <<= 1;
+    w.table.slots = PyMem_Calloc(slots, sizeof(Slot));
+    w.table.mask = slots - 1;
+    if (w.offsets == NULL || w.hashes == NULL || w.table.slots == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    w.offsets[0] = 0;
+    int64_t widest = 0;
+    for (Py_ssize_t t = 0; t < w.topics; t++) {
+        Py_ssize_t count = PyLong_AsSsize_t(PyList_GET_ITEM(counts, t));
+        if (count == -1 && PyErr_Occurred())
+            goto done;
+        if (count < 0) {
+            PyErr_SetString(PyExc_ValueError, "a partition count is negative");
+            goto done;
+        }
+        w.offsets[t + 1] = w.offsets[t] + count;
+        if (count > widest)
+            widest = count;
+        w.hashes[t] = -1;
+        address_put(&w.table, PyList_GET_ITEM(topic_ids, t), t);
+    }
+    w.total = w.offsets[w.topics];
+    if (w.total >= INT32_MAX) {
+        result = Py_None; /* beyond int32 partition numbers: the Python builder */
+        Py_INCREF(result);
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(ints) < widest) {
+        PyErr_SetString(PyExc_ValueError, "ints does not cover the widest topic");
+        goto done;
+    }
+    w.owner = PyMem_Calloc((size_t)w.total + 1, sizeof(int32_t));
+    w.entries = PyMem_Malloc(sizeof(int32_t) * (size_t)(w.total + 1));
+    w.start = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(w.members + 1));
+    w.not_dict = PyMem_Calloc((size_t)w.members, 1);
+    if (w.owner == NULL || w.entries == NULL || w.start == NULL || w.not_dict == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int scan = scan_currents(&w, currents, topic_ids);
+    if (scan == SCAN_ERROR)
+        goto done;
+    if (scan == SCAN_NOT_CANONICAL) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    result = build(&w, member_ids, currents, topic_ids, hashes, ints);
+done:
+    PyMem_Free(w.offsets);
+    PyMem_Free(w.hashes);
+    PyMem_Free(w.table.slots);
+    PyMem_Free(w.owner);
+    PyMem_Free(w.entries);
+    PyMem_Free(w.start);
+    PyMem_Free(w.not_dict);
+    Py_XDECREF(w.by_value);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"assign_homogeneous", assign_homogeneous, METH_VARARGS, assign_homogeneous_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "cohort.assignors._uniform_native",
+    "The uniform assignor's homogeneous builder for canonical input, in C.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__uniform_native(void)
+{
+    return PyModule_Create(&module);
+}
