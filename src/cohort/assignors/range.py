@@ -23,7 +23,7 @@ with what a replica layout implies cached per distinct layout (`_range_racks.rac
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import repeat
+from itertools import accumulate, chain, repeat
 from operator import attrgetter
 
 from cohort.assignors._range_racks import (
@@ -35,6 +35,7 @@ from cohort.assignors._range_racks import (
     rack_owners,
     rack_runs_small,
 )
+from cohort.assignors._uniform_common import sorted_topic_ids, subscription_topics
 from cohort.assignors.api import (
     FreshGroups,
     GroupAssignment,
@@ -104,18 +105,30 @@ class RangeAssignor:
                     class_members.append([])
                 class_members[c].append(pos)
 
-        classes_of_topic: dict = {}
-        for subs, c in class_of.items():
-            for topic_id in subs:
-                classes_of_topic.setdefault(topic_id, []).append(c)
-
         # Each group's topics are kept as dict keys: dict.fromkeys(a_dict, run) reuses the stored
         # hashes, which matters when topic ids are UUIDs (a Python-level __hash__ per key otherwise).
         groups: dict[tuple, dict] = {}
-        for topic_id in sorted(classes_of_topic):
-            n = topics.num_partitions(topic_id)
-            if n > 0:
-                groups.setdefault((tuple(sorted(classes_of_topic[topic_id])), n), {})[topic_id] = None
+        many = getattr(topics, "partition_counts", None)
+        if len(class_of) == 1:  # one subscription: every topic is subscribed by everyone
+            subscription = next(iter(class_of))
+            ordered, _, template = subscription_topics(subscription)
+            counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
+            if counts and min(counts) == max(counts) > 0:
+                groups[((0,), counts[0])] = template
+            else:
+                for topic_id, n in zip(ordered, counts):
+                    if n > 0:
+                        groups.setdefault(((0,), n), {})[topic_id] = None
+        else:
+            classes_of_topic: dict = {}
+            for subs, c in class_of.items():
+                for topic_id in subs:
+                    classes_of_topic.setdefault(topic_id, []).append(c)
+            ordered = sorted_topic_ids(classes_of_topic)
+            counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
+            for topic_id, n in zip(ordered, counts):
+                if n > 0:
+                    groups.setdefault((tuple(sorted(classes_of_topic[topic_id])), n), {})[topic_id] = None
 
         rack_of = list(map(_rack_id, map(members.__getitem__, order)))
         any_rack = rack_of.count(None) != len(rack_of)
@@ -181,17 +194,27 @@ def _sized(racks, n: int) -> tuple:
 
 
 def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict, n: int) -> None:
-    """Plain range for a co-partitioned group (topic ids as dict keys): one shared run per subscriber."""
+    """Plain range for a co-partitioned group (topic ids as dict keys): one shared run per subscriber.
+
+    The runs and dicts are made by C-level `map`s over all subscribers at once: in a group of a
+    hundred members a Python loop per member was most of the assignment."""
     quota, extra = divmod(n, len(subscribers))
-    start = 0
-    for i, member_id in enumerate(subscribers):
-        size = quota + (1 if i < extra else 0)
-        if size == 0:
-            break
-        run = _run(start, start + size)
-        start += size
+    if quota == 0:
+        subscribers = subscribers[:extra]  # the rest get nothing from this group
+    _run(0, n)  # make sure the shared tuple covers the topic
+    ints = _ints
+    stops = list(accumulate(chain(repeat(quota + 1, extra), repeat(quota, len(subscribers) - extra))))
+    runs = map(ints.__getitem__, map(slice, chain((0,), stops), stops))
+    pieces = map(dict.fromkeys, repeat(group), runs)
+    if _EMPTY_ONLY.issuperset(map(len, map(result.__getitem__, subscribers))):
+        result.update(zip(subscribers, pieces))
+        return
+    for member_id, piece in zip(subscribers, pieces):
         target = result[member_id]
         if target:
-            target.update(dict.fromkeys(group, run))
+            target.update(piece)
         else:
-            result[member_id] = dict.fromkeys(group, run)
+            result[member_id] = piece
+
+
+_EMPTY_ONLY = frozenset((0,))
