@@ -87,17 +87,18 @@ typedef struct {
     Py_hash_t *hashes;   /* topics: hash of each topic id, or -1 until needed */
     AddressTable table;
     PyObject *by_value;  /* topic id -> index, built on the first address miss */
+    PyObject *by_value_keys; /* the keys found through it (held while their addresses are in the table) */
 } Work;
 
+/* The index of a topic id not found by address: by value (-1 if unknown, -2 on an error). */
 static Py_ssize_t
 topic_index(Work *w, PyObject *topic_ids, PyObject *key)
 {
-    Py_ssize_t t = address_get(&w->table, key);
-    if (t >= 0)
-        return t;
+    Py_ssize_t t;
     if (w->by_value == NULL) {
         w->by_value = PyDict_New();
-        if (w->by_value == NULL)
+        w->by_value_keys = PyList_New(0);
+        if (w->by_value == NULL || w->by_value_keys == NULL)
             return -2;
         for (Py_ssize_t i = 0; i < w->topics; i++) {
             PyObject *index = PyLong_FromSsize_t(i);
@@ -112,8 +113,37 @@ topic_index(Work *w, PyObject *topic_ids, PyObject *key)
     if (found == NULL)
         return PyErr_Occurred() ? -2 : -1;
     t = PyLong_AsSsize_t(found);
+    /* Remembered by address from now on; the key is held so that its address stays its own. */
+    if (PyList_Append(w->by_value_keys, key) < 0)
+        return -2;
     address_put(&w->table, key, t);
     return t;
+}
+
+/* One current entry (topic index t, its partitions): its global partitions appended to the member's. */
+static int
+scan_entry(Work *w, Py_ssize_t member, Py_ssize_t t, PyObject *value, Py_ssize_t *n, int64_t *previous)
+{
+    if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) == 0)
+        return SCAN_NOT_CANONICAL;
+    int64_t base = w->offsets[t], count = w->offsets[t + 1] - base;
+    Py_ssize_t size = PyTuple_GET_SIZE(value);
+    for (Py_ssize_t k = 0; k < size; k++) {
+        PyObject *item = PyTuple_GET_ITEM(value, k);
+        if (!PyLong_CheckExact(item))
+            return SCAN_NOT_CANONICAL;
+        int overflow = 0;
+        long long p = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || p < 0 || p >= count)
+            return SCAN_NOT_CANONICAL;
+        int64_t g = base + p;
+        if (g <= *previous || w->owner[g] != 0)
+            return SCAN_NOT_CANONICAL;
+        w->owner[g] = (int32_t)(member + 1);
+        w->entries[(*n)++] = (int32_t)g;
+        *previous = g;
+    }
+    return SCAN_OK;
 }
 
 static int
@@ -136,28 +166,22 @@ scan_currents(Work *w, PyObject *currents, PyObject *topic_ids)
         PyObject *key, *value;
         int64_t previous = -1;
         while (PyDict_Next(current, &position, &key, &value)) {
-            Py_ssize_t t = topic_index(w, topic_ids, key);
-            if (t == -2)
-                return SCAN_ERROR;
-            if (t < 0 || !PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) == 0)
-                return SCAN_NOT_CANONICAL;
-            int64_t base = w->offsets[t], count = w->offsets[t + 1] - base;
-            Py_ssize_t size = PyTuple_GET_SIZE(value);
-            for (Py_ssize_t k = 0; k < size; k++) {
-                PyObject *item = PyTuple_GET_ITEM(value, k);
-                if (!PyLong_CheckExact(item))
-                    return SCAN_NOT_CANONICAL;
-                int overflow = 0;
-                long long p = PyLong_AsLongLongAndOverflow(item, &overflow);
-                if (overflow || p < 0 || p >= count)
-                    return SCAN_NOT_CANONICAL;
-                int64_t g = base + p;
-                if (g <= previous || w->owner[g] != 0)
-                    return SCAN_NOT_CANONICAL;
-                w->owner[g] = (int32_t)(i + 1);
-                w->entries[n++] = (int32_t)g;
-                previous = g;
+            Py_ssize_t t = address_get(&w->table, key);
+            int scanned;
+            if (t >= 0) {
+                scanned = scan_entry(w, i, t, value, &n, &previous);
+            } else {
+                /* Found by value: that runs Python code (__hash__, __eq__), which could let go of
+                 * the dict's references meanwhile, so the entry is held until it is read. */
+                Py_INCREF(key);
+                Py_INCREF(value);
+                t = topic_index(w, topic_ids, key);
+                scanned = t == -2 ? SCAN_ERROR : t < 0 ? SCAN_NOT_CANONICAL : scan_entry(w, i, t, value, &n, &previous);
+                Py_DECREF(key);
+                Py_DECREF(value);
             }
+            if (scanned != SCAN_OK)
+                return scanned;
         }
     }
     w->start[w->members] = n;
@@ -417,6 +441,7 @@ done:
     PyMem_Free(w.start);
     PyMem_Free(w.not_dict);
     Py_XDECREF(w.by_value);
+    Py_XDECREF(w.by_value_keys);
     return result;
 }
 
