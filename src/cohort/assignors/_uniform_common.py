@@ -67,24 +67,22 @@ _uuid_int = attrgetter("int")
 _UUID_ONLY = frozenset((uuid.UUID,))
 
 
-_sorted_cache: dict[frozenset, tuple[list, list, dict]] = {}
+_sorted_cache: dict[frozenset, tuple[list, list]] = {}
 
 
-def subscription_topics(topic_ids) -> tuple[list, list | None, dict]:
-    """(`sorted_topic_ids` of a subscription, the ids' hashes or None, a dict of the ids to None in
-    that order), remembered for frozensets: the members of a group share one subscription object,
-    and sorting 1,000 topic ids costs about 0.2 ms a rebalance (hashing them, in Python code for
-    `uuid.UUID`, about as much again). `dict.fromkeys` over the dict reuses its stored hashes.
+def subscription_topics(topic_ids) -> tuple[list, list | None]:
+    """(`sorted_topic_ids` of a subscription, the ids' hashes or None), remembered for frozensets:
+    the members of a group share one subscription object, and sorting 1,000 topic ids costs about
+    0.2 ms a rebalance (hashing them, in Python code for `uuid.UUID`, about as much again).
     Callers must not modify what they get."""
     if type(topic_ids) is not frozenset:
-        ordered = sorted_topic_ids(topic_ids)
-        return ordered, None, dict.fromkeys(ordered)
+        return sorted_topic_ids(topic_ids), None
     found = _sorted_cache.get(topic_ids)
     if found is None:
         if len(_sorted_cache) >= 256:
             _sorted_cache.clear()
         ordered = sorted_topic_ids(topic_ids)
-        found = _sorted_cache[topic_ids] = (ordered, list(map(hash, ordered)), dict.fromkeys(ordered))
+        found = _sorted_cache[topic_ids] = (ordered, list(map(hash, ordered)))
     return found
 
 
@@ -98,7 +96,7 @@ def known_topics(topic_ids, topics: SubscribedTopicDescriber) -> tuple[list, lis
     `uuid.UUID`), a noticeable share of a small group's assignment. A describer's optional
     `partition_counts(topic_ids)` answers for all topics in one call.
     """
-    ordered, hashes, _ = subscription_topics(topic_ids)
+    ordered, hashes = subscription_topics(topic_ids)
     many = getattr(topics, "partition_counts", None)
     counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
     if min(counts, default=0) >= 0:

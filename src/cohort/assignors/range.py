@@ -35,7 +35,7 @@ from cohort.assignors._range_racks import (
     rack_owners,
     rack_runs_small,
 )
-from cohort.assignors._uniform_common import sorted_topic_ids, subscription_topics
+from cohort.assignors._uniform_common import sorted_topic_ids
 from cohort.assignors.api import (
     FreshGroups,
     GroupAssignment,
@@ -108,27 +108,16 @@ class RangeAssignor:
         # Each group's topics are kept as dict keys: dict.fromkeys(a_dict, run) reuses the stored
         # hashes, which matters when topic ids are UUIDs (a Python-level __hash__ per key otherwise).
         groups: dict[tuple, dict] = {}
+        classes_of_topic: dict = {}
+        for subs, c in class_of.items():
+            for topic_id in subs:
+                classes_of_topic.setdefault(topic_id, []).append(c)
+        ordered = sorted_topic_ids(classes_of_topic)
         many = getattr(topics, "partition_counts", None)
-        if len(class_of) == 1:  # one subscription: every topic is subscribed by everyone
-            subscription = next(iter(class_of))
-            ordered, _, template = subscription_topics(subscription)
-            counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
-            if counts and min(counts) == max(counts) > 0:
-                groups[((0,), counts[0])] = template
-            else:
-                for topic_id, n in zip(ordered, counts):
-                    if n > 0:
-                        groups.setdefault(((0,), n), {})[topic_id] = None
-        else:
-            classes_of_topic: dict = {}
-            for subs, c in class_of.items():
-                for topic_id in subs:
-                    classes_of_topic.setdefault(topic_id, []).append(c)
-            ordered = sorted_topic_ids(classes_of_topic)
-            counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
-            for topic_id, n in zip(ordered, counts):
-                if n > 0:
-                    groups.setdefault((tuple(sorted(classes_of_topic[topic_id])), n), {})[topic_id] = None
+        counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
+        for topic_id, n in zip(ordered, counts):
+            if n > 0:
+                groups.setdefault((tuple(sorted(classes_of_topic[topic_id])), n), {})[topic_id] = None
 
         rack_of = list(map(_rack_id, map(members.__getitem__, order)))
         any_rack = rack_of.count(None) != len(rack_of)
