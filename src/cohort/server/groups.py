@@ -54,6 +54,7 @@ from cohort.protocol import DecodedRequest
 from cohort.protocol.extensions import INSTALL_ASSIGNMENT_KEY, PREPARE_ASSIGNMENT_KEY
 from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
+from cohort.server.api import Encoded
 from cohort.server import _classic, overview
 from cohort.server.runtime import ConnectionOrder, CoordinatorRuntime, Failed, now_ms
 from cohort.server import _group_codec as wire
@@ -737,6 +738,9 @@ class GroupCoordinator:
             body, version, self.names, lambda name: ctx.authorize(acls.READ, acls.TOPIC, name))
 
         def answer(r: rq.OffsetCommitResponse) -> Any:
+            frame = wire.offset_commit_frame(req.correlation_id, body, version, wire.commit_codes(r), rejected)
+            if frame is not None:
+                return Encoded(frame)
             return wire.offset_commit_response(resp, body, version, self.names, wire.commit_codes(r), rejected)
 
         def fail(code: int, _: str) -> Any:
