@@ -83,6 +83,7 @@ class CoordinatorLog:
         self.high_watermark = log.end_offset  # everything found on open survived recovery
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._pending: list[tuple[bytes, bytes | None]] = []  # plain records appended, not yet written
+        self.write_generation = 0  # moves on whenever the pending records are written or dropped
         self._flushing = False
         self._listeners: list = []
         self.failed: OSError | None = None
@@ -158,6 +159,7 @@ class CoordinatorLog:
         pending = self._pending
         if not pending:
             return
+        self.write_generation += 1  # later appends are written (and made durable) after these
         started = time.perf_counter()
         timestamp = int(time.time() * 1000)
         for i in range(0, len(pending), _BATCH_RECORDS):
@@ -204,6 +206,7 @@ class CoordinatorLog:
         reverts its state to there), so drop the unwritten records, cut the log back and fail
         every waiting append. If even that fails, the log refuses further appends."""
         self._pending.clear()
+        self.write_generation += 1
         waiters, self._waiters = self._waiters, []
         try:
             self.log.truncate_to(self.high_watermark)

@@ -56,6 +56,10 @@ class RecordLog(Protocol):
         Returns a future resolved once they are durable, failed (OSError) if they never will
         be; raises OSError at once when nothing was appended. Called on the event loop."""
 
+    # Optional: ``write_generation``, an int that changes whenever the plain records appended so
+    # far are written. Appends made under one generation become durable (or fail) together, so
+    # the runtime follows only the newest of them (`_BatchFollower`).
+
     @property
     def end_offset(self) -> int:
         """One past the last record appended. Found below what the runtime appended: the log lost
@@ -106,6 +110,28 @@ class _Append:
     start: int
     end: int
     durable: asyncio.Future = field(repr=False)  # True once committed, False if reverted
+    # Called with that outcome as it is set, in the same step (answers to send; see `_when_durable`).
+    settles: list = field(default_factory=list, repr=False)
+
+    def settle(self, ok: bool) -> None:
+        self.durable.set_result(ok)
+        for settle in self.settles:
+            settle(ok)
+
+
+class _BatchFollower:
+    """The one done-callback on the appends of one log write generation: they become durable (or
+    fail) together, so when the first of them is done, the newest write of the batch is (a callback
+    per append would commit the shard up to each in turn, a hundred times per fsync under load)."""
+
+    __slots__ = ("runtime", "log", "generation", "future", "entry")
+
+    def __init__(self, runtime: "CoordinatorRuntime", generation: int, future: asyncio.Future, entry: "_Append"):
+        self.runtime, self.log, self.generation, self.future, self.entry = runtime, runtime.log, generation, future, entry
+        future.add_done_callback(self.done)
+
+    def done(self, future: asyncio.Future) -> None:
+        self.runtime._appended(self.entry, future)
 
 
 class _Caller:
@@ -185,6 +211,7 @@ class CoordinatorRuntime:
         self.lock = asyncio.Lock()  # held while the shard is used across an await
         self._inflight: collections.deque[_Append] = collections.deque()
         self._tail: _Append | None = None  # the latest write in flight
+        self._follower: _BatchFollower | None = None  # the latest plain append's batch
         self._log_end = log.end_offset
         self._parked: dict[int, asyncio.Future] = {}  # request id -> resolved with its completion
         self._wake = asyncio.Event()
@@ -242,9 +269,10 @@ class CoordinatorRuntime:
         self.lost = self.fenced = False
         for entry in self._inflight:  # writes whose fate the old shard's log never told
             if not entry.durable.done():
-                entry.durable.set_result(False)
+                entry.settle(False)
         self._inflight.clear()
         self._tail = None
+        self._follower = None
         self._parked.clear()
         self._sleep_until = None
 
@@ -275,21 +303,21 @@ class CoordinatorRuntime:
         return self.loaded and not self.lock.locked() and self.order.idle(ctx)
 
     def _when_durable(self, ctx: Any, entry: _Append, response: Any, answer, fail) -> asyncio.Future:
-        """The answer to a write, resolved by a callback once its records are durable (a plain
-        future rather than a task: this is the path of every offset commit)."""
+        """The answer to a write, set as soon as its records are durable (a plain future rather than
+        a task, set in the step that learns of the fsync rather than one later: this is the path of
+        every offset commit)."""
         out = asyncio.get_running_loop().create_future()
 
-        def settle(durable: asyncio.Future) -> None:
+        def settle(ok: bool) -> None:
             if out.done():
                 return
             try:
-                ok = durable.result()
                 out.set_result(answer(response) if ok else
                                fail(Errors.NOT_COORDINATOR, "the coordinator log write failed"))
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting handler
                 out.set_exception(exc)
 
-        entry.durable.add_done_callback(settle)
+        entry.settles.append(settle)
         return self.order.track(ctx, out)
 
     def prepare(self) -> None:
@@ -325,7 +353,15 @@ class CoordinatorRuntime:
         self._inflight.append(entry)
         self._tail = entry
         self._log_end = self.log.end_offset
-        fut.add_done_callback(lambda f: self._appended(entry, f))
+        follower = self._follower
+        generation = getattr(self.log, "write_generation", None) if result.transaction is None else None
+        if (generation is not None and follower is not None and follower.generation == generation
+                and follower.log is self.log and not follower.future.done()):
+            follower.entry = entry  # written and made durable with the earlier appends of its batch
+        elif generation is not None:
+            self._follower = _BatchFollower(self, generation, fut, entry)
+        else:
+            fut.add_done_callback(lambda f: self._appended(entry, f))
         self._maybe_wake_timers()
         self._deliver(result.completions, entry)
         return entry
@@ -359,13 +395,15 @@ class CoordinatorRuntime:
             log.error("%s: coordinator log write failed: %s", self.name, None if fut.cancelled() else fut.exception())
             self._revert_inflight()
             return
+        durable = []
         while self._inflight and self._inflight[0].end <= entry.end:
-            done = self._inflight.popleft()
-            if not done.durable.done():
-                done.durable.set_result(True)
-        self.shard.commit(entry.end)
+            durable.append(self._inflight.popleft())
+        self.shard.commit(entry.end)  # before any answer is made: answers may read committed state
         if self._tail is entry:
             self._tail = None
+        for done in durable:
+            if not done.durable.done():
+                done.settle(True)
 
     def _revert_inflight(self) -> None:
         """Every write still in flight is lost (the log was cut back to its durable end)."""
@@ -375,7 +413,7 @@ class CoordinatorRuntime:
         self.shard.on_loaded(now_ms())  # re-arm the timers the reverted operations cancelled or fired
         self._on_revert()
         for entry in self._inflight:
-            entry.durable.set_result(False)
+            entry.settle(False)
         self._inflight.clear()
         self._tail = None
         self._log_end = self.log.end_offset
