@@ -129,3 +129,23 @@ def test_every_write_is_answered_once_whatever_the_batching(tmp_path, batches):
         assert runtime.shard.last_committed_offset == len(answers) == log.high_watermark
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_the_connection_order_forgets_finished_requests_without_growing():
+    async def scenario():
+        order = ConnectionOrder()
+        loop = asyncio.get_running_loop()
+        waiting_on, waiting = object(), loop.create_future()
+        order.track(waiting_on, waiting)
+        contexts = [object() for _ in range(5000)]
+        for ctx in contexts:
+            fut = loop.create_future()
+            order.track(ctx, fut)
+            fut.set_result(None)
+        assert len(order._last) <= 2048, "finished requests piled up"
+        assert not order.idle(waiting_on), "a pending request was forgotten"
+        assert all(order.idle(ctx) for ctx in contexts)
+        waiting.set_result(None)
+        assert order.idle(waiting_on)
+
+    asyncio.run(scenario())

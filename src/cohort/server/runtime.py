@@ -144,7 +144,8 @@ class ConnectionOrder:
     """Each connection's last request still waiting, so that later ones wait behind it."""
 
     def __init__(self) -> None:
-        self._last: dict[int, asyncio.Future] = {}  # id(connection context) -> its last pending request
+        self._last: dict[int, asyncio.Future] = {}  # id(connection context) -> its last request
+        self._sweep_at = 1024
 
     def idle(self, ctx: Any) -> bool:
         last = self._last.get(id(ctx))
@@ -163,15 +164,16 @@ class ConnectionOrder:
         return self.track(ctx, asyncio.ensure_future(run()))
 
     def track(self, ctx: Any, fut: asyncio.Future) -> asyncio.Future:
-        """Make ``fut`` the connection's last pending request."""
-        key = id(ctx)
-        self._last[key] = fut
+        """Make ``fut`` the connection's last pending request.
 
-        def done(_: asyncio.Future) -> None:
-            if self._last.get(key) is fut:
-                del self._last[key]
-
-        fut.add_done_callback(done)
+        A finished request is only swept out of the table now and then (when it has doubled),
+        not by a callback of its own: a done future counts as idle anyway, also under the id of a
+        later connection, and this is the path of every offset commit."""
+        last = self._last
+        last[id(ctx)] = fut
+        if len(last) > self._sweep_at:
+            self._last = last = {key: f for key, f in last.items() if not f.done()}
+            self._sweep_at = max(1024, 2 * len(last))
         return fut
 
 
