@@ -110,3 +110,28 @@ def test_acl_apis_without_an_authorizer(tmp_path):
             assert create_acls(c, binding(A.TOPIC, "t", A.READ))[0][0] == ErrorCode.security_disabled
     finally:
         srv.stop()
+
+
+def test_offset_commit_needs_read_on_each_topic(secured):
+    """Kafka's OffsetCommit: READ on the group, then READ on each topic; a topic without it gets
+    TOPIC_AUTHORIZATION_FAILED on each of its partitions while the others are committed."""
+    for name in ("t", "u"):
+        secured.call(lambda name=name: secured.server.broker.create_topic(name, 2))
+    secured.call(lambda: secured.server.authorizer.create([binding(A.GROUP, "g", A.READ, principal=ANON),
+                                                           binding(A.TOPIC, "t", A.READ, principal=ANON)]))
+
+    def commit(version, *names):
+        topics = tuple(sub(8, version, "topics", name=n, partitions=tuple(
+            sub(8, version, "topics", "partitions", partition_index=p, committed_offset=7, committed_leader_epoch=-1,
+                committed_metadata="") for p in (0, 1))) for n in names)
+        body = req(8, version, group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                   retention_time_ms=-1, topics=topics)
+        return [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in c.request(8, version, body).topics]
+
+    with WireClient(secured.port) as c:
+        for version in (7, 9):
+            assert commit(version, "u", "t") == [
+                ("u", [(0, ErrorCode.topic_authorization_failed), (1, ErrorCode.topic_authorization_failed)]),
+                ("t", [(0, ErrorCode.none), (1, ErrorCode.none)])]
+    committed = secured.call(lambda: dict(secured.server.group_coordinator.shard_for("g").state.offsets.get("g")))
+    assert {key: value.offset for key, value in committed.items()} == {("t", 0): 7, ("t", 1): 7}

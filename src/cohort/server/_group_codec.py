@@ -236,9 +236,10 @@ def offset_commit_request(body: Any, version: int, names: TopicNames,
         key = t.topic_id if by_id else t.name
         name = names.name(t.topic_id) if by_id else t.name
         topic = None if name is None else names.by_name(name)
+        denied = name is not None and t.partitions and not authorized(name)  # once per topic, as Kafka
         parts = []
         for p in t.partitions:
-            if name is not None and not authorized(name):
+            if denied:
                 rejected[(key, p.partition_index)] = ErrorCode.topic_authorization_failed
                 continue
             if topic is None or not 0 <= p.partition_index < topic.partitions:
