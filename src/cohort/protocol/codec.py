@@ -20,6 +20,7 @@ from cohort.protocol.versions import API_VERSIONS_KEY, ApiCodec, VersionTable
 
 _HEAD = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
+_CLIENT_ID_LENGTH = struct.Struct(">h")
 _RESPONSE_HEAD = bytes(8)  # size, correlation id (filled in)
 _FLEXIBLE_RESPONSE_HEAD = bytes(9)  # ... and an empty tag section
 UNSUPPORTED_VERSION = 35
@@ -60,8 +61,11 @@ class UnsupportedApi(ValueError):
         self.correlation_id = correlation_id
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class DecodedRequest:
+    """One decoded request. Not frozen: a frozen dataclass's constructor sets each field through
+    `object.__setattr__`, a cost every request paid; nothing changes these after decoding."""
+
     api_key: int
     version: int
     correlation_id: int
@@ -82,7 +86,7 @@ def skip_request_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
     (client_id, where the body starts)."""
     if len(frame) < 10:
         raise MalformedRequest("request header truncated")
-    (n,) = struct.unpack_from(">h", frame, 8)
+    (n,) = _CLIENT_ID_LENGTH.unpack_from(frame, 8)
     pos = 10
     client_id = None
     if n >= 0:
@@ -96,6 +100,8 @@ def skip_request_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
     elif n != -1:
         raise MalformedRequest(f"bad client_id length {n}")
     if flexible:
+        if pos < len(frame) and frame[pos] == 0:  # no tags: the usual header
+            return client_id, pos + 1
         try:
             count, pos = read_uvarint(frame, pos)
             for _ in range(count):
