@@ -6,8 +6,8 @@ transactions (Kafka's consumer algorithm: the response lists each aborted transa
 and first offset; its batches are skipped until that producer's abort marker). Records below the
 fetch position (a batch starts before it) are dropped.
 
-Like `cohort.log.batches`, the loop here reads the common record (single-byte varints inline, no
-headers) and hands any other batch to `protocol.records.decode_batch`, which decides.
+Like `cohort.log.batches`, it reads the common record with `protocol.records.plain_records` and
+hands any other batch to `protocol.records.decode_batch`, which decides.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from cohort.protocol.records import (
     TIMESTAMP_TYPE_FLAG,
     TRANSACTIONAL_FLAG,
     InvalidBatch,
+    UnusualRecord,
     check_batch,
     control_type,
     decode_batch,
     iter_batches,
-    read_varint,
+    plain_records,
 )
 
 
@@ -38,10 +39,6 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-class _Unusual(Exception):
-    """A record the inline loop does not read (headers, a length that does not add up)."""
 
 
 def decode_records(topic: str, partition: int, data: bytes, position: int,
@@ -75,7 +72,6 @@ def decode_records(topic: str, partition: int, data: bytes, position: int,
 
 
 def _batch(out: list, topic: str, partition: int, data: bytes, pos: int, h, position: int) -> None:
-    mark = len(out)
     append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_FLAG else None
     try:
         if h.compression:
@@ -83,67 +79,16 @@ def _batch(out: list, topic: str, partition: int, data: bytes, pos: int, h, posi
                 body = decompress(h.compression, memoryview(data)[pos + HEADER_SIZE: pos + h.size])
             except CompressionError as exc:
                 raise InvalidBatch(str(exc)) from None
-            _decode_body(out, topic, partition, body, 0, len(body), h.record_count, h.base_offset,
-                         h.base_timestamp, append_time, position)
+            records, _ = plain_records(body, 0, len(body), h.record_count)
         else:
-            _decode_body(out, topic, partition, data, pos + HEADER_SIZE, pos + h.size, h.record_count,
-                         h.base_offset, h.base_timestamp, append_time, position)
-    except (_Unusual, IndexError):
-        del out[mark:]
+            records, _ = plain_records(data, pos + HEADER_SIZE, pos + h.size, h.record_count)
+    except (UnusualRecord, IndexError):
         out.extend(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers)
                    for r in decode_batch(data, pos) if r.offset >= position)
-
-
-def _decode_body(out: list, topic: str, partition: int, buf: bytes, p: int, end: int, count: int,
-                 base_offset: int, base_ts: int, append_time: int | None, position: int) -> None:
-    """The records of one batch body; the two bytes fields are inlined, as in cohort.log.batches,
-    because a call per field is a tenth of the loop."""
-    append = out.append
-    record = ConsumerRecord
-    for _ in range(count):
-        b = buf[p]
-        if b < 0x80:
-            length, p = (b >> 1) ^ -(b & 1), p + 1
-        else:
-            length, p = read_varint(buf, p)
-        rec_end = p + length
-        if length < 0 or rec_end > end:
-            raise _Unusual
-        p += 1  # attributes
-        b = buf[p]
-        if b < 0x80:
-            ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
-        else:
-            ts_delta, p = read_varint(buf, p)
-        b = buf[p]
-        if b < 0x80:
-            off_delta, p = (b >> 1) ^ -(b & 1), p + 1
-        else:
-            off_delta, p = read_varint(buf, p)
-        b = buf[p]
-        if b < 0x80:
-            n, p = (b >> 1) ^ -(b & 1), p + 1
-        else:
-            n, p = read_varint(buf, p)
-        if n < 0:
-            key = None
-        else:
-            key = buf[p:p + n]
-            p += n
-        b = buf[p]
-        if b < 0x80:
-            n, p = (b >> 1) ^ -(b & 1), p + 1
-        else:
-            n, p = read_varint(buf, p)
-        if n < 0:
-            value = None
-        else:
-            value = buf[p:p + n]
-            p += n
-        if buf[p] != 0 or p + 1 != rec_end:  # headers, or a length that lies: decode_batch decides
-            raise _Unusual
-        p = rec_end
+        return
+    base_offset, base_ts, record = h.base_offset, h.base_timestamp, ConsumerRecord
+    for off_delta, ts_delta, key, value in records:
         offset = base_offset + off_delta
         if offset >= position:
-            append(record(topic, partition, offset, append_time if append_time is not None else base_ts + ts_delta,
-                          key, value))
+            out.append(record(topic, partition, offset, append_time if append_time is not None else base_ts + ts_delta,
+                              key, value))

@@ -219,6 +219,65 @@ def build_batch(
     return bytes(out)
 
 
+class UnusualRecord(Exception):
+    """A record `plain_records` does not read: it has headers, or its lengths do not add up."""
+
+
+def plain_records(buf: bytes, p: int, end: int, count: int) -> tuple[list[tuple[int, int, bytes | None, bytes | None]], int]:
+    """((offset delta, timestamp delta, key, value) of ``count`` records from ``p``, the position
+    after them): the hot loop of reading records, shared by the coordinator log's replay and the
+    consumer's fetch. Single-byte varints are read inline, as a call per field costs a tenth of
+    the loop. A record with headers or lengths that do not add up raises `UnusualRecord`, reading
+    past ``buf`` raises IndexError: `decode_batch`, which checks everything, then decides."""
+    out = []
+    append = out.append
+    for _ in range(count):
+        b = buf[p]
+        if b < 0x80:
+            length, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            length, p = read_varint(buf, p)
+        record_end = p + length
+        if length < 0 or record_end > end:
+            raise UnusualRecord
+        p += 1  # attributes
+        b = buf[p]
+        if b < 0x80:
+            ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            ts_delta, p = read_varint(buf, p)
+        b = buf[p]
+        if b < 0x80:
+            off_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            off_delta, p = read_varint(buf, p)
+        b = buf[p]
+        if b < 0x80:
+            n, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            n, p = read_varint(buf, p)
+        if n < 0:
+            key = None
+        else:
+            key = buf[p:p + n]
+            p += n
+        b = buf[p]
+        if b < 0x80:
+            n, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            n, p = read_varint(buf, p)
+        if n < 0:
+            value = None
+        else:
+            value = buf[p:p + n]
+            p += n
+        if buf[p] != 0 or p + 1 != record_end:
+            raise UnusualRecord
+        p = record_end
+        append((off_delta, ts_delta, key, value))
+    return out, p
+
+
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Record]:
     """Decode the records of the (validated) batch at ``pos``, decompressing if needed. In a
     LogAppendTime batch every record carries the batch's max timestamp, as in Kafka."""
