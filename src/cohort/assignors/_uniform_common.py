@@ -86,6 +86,13 @@ def subscription_topics(topic_ids) -> tuple[list, list | None]:
     return found
 
 
+def partition_counts(topics: SubscribedTopicDescriber, topic_ids: list) -> list[int]:
+    """`num_partitions` of each topic (-1: unknown), through the describer's optional
+    `partition_counts` when it has one (one call for all the topics)."""
+    many = getattr(topics, "partition_counts", None)
+    return many(topic_ids) if many is not None else list(map(topics.num_partitions, topic_ids))
+
+
 def known_topics(topic_ids, topics: SubscribedTopicDescriber) -> tuple[list, list[int], list | None]:
     """(topic ids, partition counts, their hashes or None) for the topics the describer knows, in
     sorted topic order.
@@ -93,12 +100,10 @@ def known_topics(topic_ids, topics: SubscribedTopicDescriber) -> tuple[list, lis
     Unknown topics (-1) are ignored rather than rejected: the coordinator only passes known
     topics, and a topic deleted between metadata refreshes should not fail the whole group.
     Lists rather than a dict: a dict would hash every topic id again (in Python code for
-    `uuid.UUID`), a noticeable share of a small group's assignment. A describer's optional
-    `partition_counts(topic_ids)` answers for all topics in one call.
+    `uuid.UUID`), a noticeable share of a small group's assignment.
     """
     ordered, hashes = subscription_topics(topic_ids)
-    many = getattr(topics, "partition_counts", None)
-    counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
+    counts = partition_counts(topics, ordered)
     if min(counts, default=0) >= 0:
         return list(ordered), counts, hashes
     known, kept = [], []

@@ -35,7 +35,7 @@ from cohort.assignors._range_racks import (
     rack_owners,
     rack_runs_small,
 )
-from cohort.assignors._uniform_common import sorted_topic_ids
+from cohort.assignors._uniform_common import ints, partition_counts, sorted_topic_ids
 from cohort.assignors.api import (
     FreshGroups,
     GroupAssignment,
@@ -44,17 +44,6 @@ from cohort.assignors.api import (
     SubscribedTopicDescriber,
     SubscriptionType,
 )
-
-_ints: tuple[int, ...] = tuple(range(4096))
-
-
-def _run(start: int, stop: int) -> tuple[int, ...]:
-    """(start, ..., stop-1), sliced from a cached tuple: copying pointers beats building ints."""
-    global _ints
-    ints = _ints  # read once: another thread may swap in a different cache meanwhile
-    if stop > len(ints):
-        ints = _ints = tuple(range(max(stop, 2 * len(ints))))
-    return ints[start:stop]
 
 
 def range_order(members: Mapping[str, MemberSubscription], member_ids: list[str]) -> list[str]:
@@ -113,9 +102,7 @@ class RangeAssignor:
             for topic_id in subs:
                 classes_of_topic.setdefault(topic_id, []).append(c)
         ordered = sorted_topic_ids(classes_of_topic)
-        many = getattr(topics, "partition_counts", None)
-        counts = many(ordered) if many is not None else list(map(topics.num_partitions, ordered))
-        for topic_id, n in zip(ordered, counts):
+        for topic_id, n in zip(ordered, partition_counts(topics, ordered)):
             if n > 0:
                 groups.setdefault((tuple(sorted(classes_of_topic[topic_id])), n), {})[topic_id] = None
 
@@ -190,10 +177,9 @@ def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict,
     quota, extra = divmod(n, len(subscribers))
     if quota == 0:
         subscribers = subscribers[:extra]  # the rest get nothing from this group
-    _run(0, n)  # make sure the shared tuple covers the topic
-    ints = _ints
+    run = ints(n)  # slices of one shared tuple: copying pointers beats building ints
     stops = list(accumulate(chain(repeat(quota + 1, extra), repeat(quota, len(subscribers) - extra))))
-    runs = map(ints.__getitem__, map(slice, chain((0,), stops), stops))
+    runs = map(run.__getitem__, map(slice, chain((0,), stops), stops))
     pieces = map(dict.fromkeys, repeat(group), runs)
     if _EMPTY_ONLY.issuperset(map(len, map(result.__getitem__, subscribers))):
         result.update(zip(subscribers, pieces))
