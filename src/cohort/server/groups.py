@@ -738,10 +738,11 @@ class GroupCoordinator:
             body, version, self.names, lambda name: ctx.authorize(acls.READ, acls.TOPIC, name))
 
         def answer(r: rq.OffsetCommitResponse) -> Any:
-            frame = wire.offset_commit_frame(req.correlation_id, body, version, wire.commit_codes(r), rejected)
+            codes = wire.commit_codes(r)
+            frame = wire.offset_commit_frame(req.correlation_id, body, version, codes, rejected)
             if frame is not None:
                 return Encoded(frame)
-            return wire.offset_commit_response(resp, body, version, self.names, wire.commit_codes(r), rejected)
+            return wire.offset_commit_response(resp, body, version, self.names, codes, rejected)
 
         def fail(code: int, _: str) -> Any:
             return wire.offset_commit_response(resp, body, version, self.names, {}, {

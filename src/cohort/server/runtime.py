@@ -124,10 +124,10 @@ class _BatchFollower:
     fail) together, so when the first of them is done, the newest write of the batch is (a callback
     per append would commit the shard up to each in turn, a hundred times per fsync under load)."""
 
-    __slots__ = ("runtime", "log", "generation", "future", "entry")
+    __slots__ = ("runtime", "generation", "future", "entry")
 
     def __init__(self, runtime: "CoordinatorRuntime", generation: int, future: asyncio.Future, entry: "_Append"):
-        self.runtime, self.log, self.generation, self.future, self.entry = runtime, runtime.log, generation, future, entry
+        self.runtime, self.generation, self.future, self.entry = runtime, generation, future, entry
         future.add_done_callback(self.done)
 
     def done(self, future: asyncio.Future) -> None:
@@ -358,7 +358,7 @@ class CoordinatorRuntime:
         follower = self._follower
         generation = getattr(self.log, "write_generation", None) if result.transaction is None else None
         if (generation is not None and follower is not None and follower.generation == generation
-                and follower.log is self.log and not follower.future.done()):
+                and not follower.future.done()):
             follower.entry = entry  # written and made durable with the earlier appends of its batch
         elif generation is not None:
             self._follower = _BatchFollower(self, generation, fut, entry)
