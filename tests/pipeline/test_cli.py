@@ -154,3 +154,31 @@ def test_a_signal_stops_a_running_job_cleanly_within_5_s(tmp_path, signum, when)
     assert proc.returncode == 128 + signum
     assert _stderr_lines(err) == ["cohort pipeline simulate: stopped; tables in --out may be partial"], err
     assert not (out / "_spark").exists()  # the scratch space went with the session
+
+
+def test_an_interrupt_python_swallows_while_stopping_leaves_no_traceback():
+    """The stop's KeyboardInterrupt may land where Python only reports exceptions (logging's
+    at-fork hook while PySpark forks): that report is dropped, anything else still goes through."""
+    from types import SimpleNamespace
+
+    from cohort.pipeline import runner
+
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), sys.unraisablehook
+    reported = []
+    sys.unraisablehook = reported.append
+    try:
+        caught = runner._stop_on_signals("cohort pipeline simulate", False, None)
+        interrupt = SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt(), exc_traceback=None,
+                                    err_msg="Exception ignored in", object=None)
+        sys.unraisablehook(interrupt)
+        assert reported == [interrupt], "an interrupt outside a stop was swallowed"
+        caught["code"] = 130  # a stop under way (as on_signal records it)
+        sys.unraisablehook(interrupt)
+        other = SimpleNamespace(exc_type=ValueError, exc_value=ValueError("x"), exc_traceback=None,
+                                err_msg="Exception ignored in", object=None)
+        sys.unraisablehook(other)
+        assert reported == [interrupt, other]
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+        sys.unraisablehook = saved[2]
