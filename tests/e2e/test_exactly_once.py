@@ -60,10 +60,12 @@ class Job:
 
 
 def _committed(admin: AdminClient) -> int:
+    """The group's committed total, or -1 while the broker cannot say (it is restarting, or the
+    admin client is still waiting out its reconnect backoff after the kill)."""
     try:
         result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("eos-group")])["eos-group"].result(10)
-    except ck.KafkaException:
-        return -1  # the broker is restarting
+    except (ck.KafkaException, TimeoutError):
+        return -1
     return sum(tp.offset for tp in result.topic_partitions if tp.offset >= 0 and not tp.error)
 
 
@@ -78,7 +80,9 @@ def test_exactly_once_through_broker_and_job_kills(tmp_path, protocol):
     srv.start()
     job = Job(srv.bootstrap, protocol, str(tmp_path / "job.log"))
     try:
-        admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+        # A short reconnect backoff: after a kill librdkafka doubles it up to 10 s, which under load
+        # outlasted a sample's 10 s wait (seen in CI, the sample raising TimeoutError).
+        admin = AdminClient({"bootstrap.servers": srv.bootstrap, "reconnect.backoff.max.ms": 1000})
         futures = admin.create_topics([NewTopic("eos-in", PARTITIONS), NewTopic("eos-out", PARTITIONS)])
         for f in futures.values():
             f.result(20)
