@@ -1,10 +1,10 @@
 """The asyncio TCP server: framing, per-connection ordering, dispatch through the API table.
 
-Each connection has a reader loop and a writer loop joined by a bounded queue of response
-slots. The reader decodes a request, calls its handler and queues the result (a response, or a
-future for handlers that wait); the writer sends results strictly in queue order. So a Fetch
-long-poll or a JoinGroup holds back later responses on its own connection only, as Kafka
-clients expect, while other connections proceed.
+Each connection has a reader loop: it decodes a request, calls its handler and adds the result
+(a response, or a future for handlers that wait) to the connection's `Responses`, which writes
+answers strictly in request order as they become ready. So a Fetch long-poll or a JoinGroup
+holds back later responses on its own connection only, as Kafka clients expect, while other
+connections proceed.
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ from cohort.security.sasl import (
 )
 from cohort.security.sasl import State as SaslState
 from cohort.server import configs, handlers, http, listeners, overview, security_apis
-from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, ApiTable, CloseConnection, Encoded, Unprefixed
+from cohort.server.api import ApiTable, CloseConnection, Encoded
 from cohort.server.context import ANONYMOUS, RequestContext
 from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
 from cohort.server.listeners import Listener
+from cohort.server.responses import Responses
 from cohort.server.waiters import AppendWaiters
 from cohort.stats import RequestStats
 
@@ -274,27 +275,25 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         state = ConnectionState(peer, writer.transport, task, asyncio.get_running_loop().time())
         self._states.add(state)
-        queue: asyncio.Queue = asyncio.Queue(self.config["queued.max.requests"])
         stats, name = self.stats, listener.name
         stats.connections_opened[name] = stats.connections_opened.get(name, 0) + 1
         stats.connections_open[name] = stats.connections_open.get(name, 0) + 1
-        sender = asyncio.ensure_future(self._send_loop(queue, writer, state, listener.name))
+        responses = Responses(writer, state, stats, name, self._encode_failed, self.config["queued.max.requests"])
         ctx = None
         try:
             try:
                 ctx = self._context(peer, listener, writer)
-                await self._read_loop(reader, queue, ctx, state)
+                await self._read_loop(reader, responses, ctx, state)
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
             except _Close as exc:
                 log.warning("closing connection from %s: %s", peer, _one_line(exc))
             # Answer what was already read, then close.
-            await queue.put(None)
-            await sender
+            await responses.finish()
         except (asyncio.CancelledError, ConnectionError):
             pass
         finally:
-            sender.cancel()
+            responses.close()
             writer.close()
             if ctx is not None:
                 for hook in self.connection_closed:
@@ -344,7 +343,7 @@ class Server:
             if not transport.is_closing():
                 transport.resume_reading()
 
-    async def _read_loop(self, reader: asyncio.StreamReader, queue: asyncio.Queue, ctx: RequestContext,
+    async def _read_loop(self, reader: asyncio.StreamReader, responses: Responses, ctx: RequestContext,
                          state: ConnectionState) -> None:
         max_bytes = self.config["socket.request.max.bytes"]
         table = self.table
@@ -384,8 +383,9 @@ class Server:
             finally:
                 memory.give_back(size)
             if item is not None:
-                state.pending += 1
-                await queue.put((*item, received))
+                responses.add(*item, received)
+                if responses.needs_room():
+                    await responses.room()
             if failure is not None:
                 # Kafka's connection.failed.authentication.delay.ms: the answer leaves now, the
                 # connection closes a little later, so guessing passwords is slow.
@@ -536,76 +536,6 @@ class Server:
             return encode_response(correlation_id, codec, error_response(codec.response_type, ErrorCode.unknown_server_error))
         return None
 
-    async def _send_loop(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, state: ConnectionState,
-                         listener: str = "") -> None:
-        """Send results in queue order. Everything already answered when the loop wakes goes
-        out in one write (pipelined requests cost one syscall, not one each). Each answered
-        request's latency (frame read to response handed to the socket) goes to ``stats``."""
-        clock = asyncio.get_running_loop().time
-        stats = self.stats
-        by_codec = stats.by_codec
-        sent = stats.bytes_out
-        sent.setdefault(listener, 0)
-        while True:
-            item = await queue.get()
-            out: list[bytes] = []
-            while True:
-                if item is None:
-                    if out:
-                        writer.writelines(out)
-                    await writer.drain()
-                    return
-                correlation_id, codec, result, received = item
-                if isinstance(result, asyncio.Future):
-                    if not result.done() and out:
-                        writer.writelines(out)  # do not hold finished responses behind a wait
-                        out = []
-                    try:
-                        result = await result
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:  # noqa: BLE001
-                        log.exception("handler for api_key=%d v%d failed", codec.api_key if codec else -1,
-                                      codec.version if codec else -1)
-                        result = (error_response(codec.response_type, ErrorCode.unknown_server_error)
-                                  if codec is not None and has_top_level_error(codec.response_type) else _UNANSWERABLE)
-                state.pending -= 1
-                if result is _UNANSWERABLE:
-                    frame = None
-                elif result is NO_RESPONSE:
-                    frame = b""
-                elif type(result) is Unprefixed:
-                    frame = result.body
-                    out.append(struct.pack(">i", len(frame)))
-                elif codec is None or isinstance(result, Encoded):
-                    frame = result
-                else:
-                    try:
-                        frame = encode_response(correlation_id, codec, result)
-                    except Exception:  # noqa: BLE001 - a response that does not fit its schema is a bug
-                        frame = self._encode_failed(correlation_id, codec)
-                if frame is None:
-                    if out:
-                        writer.writelines(out)
-                    await writer.drain()
-                    writer.transport.abort()
-                    return
-                if frame:
-                    out.append(frame)
-                    sent[listener] += len(frame)
-                if codec is not None:
-                    h = by_codec.get(id(codec))
-                    if h is None:
-                        h = stats.histogram(codec.api_key, codec.version, codec)
-                    h.observe(clock() - received)
-                if queue.empty():
-                    break
-                item = queue.get_nowait()
-            if out:
-                writer.writelines(out)
-            await writer.drain()
-            state.last_active = clock()
-
     async def _sweep_connections(self) -> None:
         """Close connections idle past ``connections.max.idle.ms`` and frames still arriving
         past ``socket.request.read.timeout.ms``."""
@@ -631,7 +561,6 @@ class Server:
 
 
 _SMALL_FRAME = 65536  # frames up to this size never wait for request memory (and the stream's limit)
-_UNANSWERABLE: Any = CLOSE_WITHOUT_ANSWER
 
 
 def _one_line(exc: Exception | str, limit: int = 300) -> str:
