@@ -62,9 +62,7 @@ class Responses:
     def add(self, correlation_id: int, codec: Any, result: Any, received: float) -> None:
         """The answer to the next request: a response (or frame) now, or a future of one."""
         if self._closed:
-            if isinstance(result, _Future):
-                result.cancel()
-            return
+            return  # never cancelled: a write in flight must still reach the log
         self._state.pending += 1
         items = self._items
         items.append((correlation_id, codec, result, received))
