@@ -795,7 +795,7 @@ def test_the_c_builder_matches_the_python_builders_or_declines(group, with_hashe
     assert all(again[m] is result[m] for m in ids)
 
 
-@pytest.mark.parametrize("member_count,partitions", [(1, 0), (3, 1), (64, 1000), (1000, 999), (3000, 20000)])
+@pytest.mark.parametrize("member_count,partitions", [(1, 0), (3, 1), (10, 4000), (64, 1000), (1000, 999), (3000, 20000)])
 def test_the_c_builder_matches_the_reference_as_members_leave_and_join(member_count, partitions):
     rng = random.Random(member_count)
     topic_ids = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(10)]
@@ -811,6 +811,24 @@ def test_the_c_builder_matches_the_reference_as_members_leave_and_join(member_co
         members = {m: MemberSubscription(subscription, assignment=a) for m, a in result.items() if rng.random() < 0.8}
         members.update({str(uuid.UUID(int=rng.getrandbits(128))): MemberSubscription(subscription)
                         for _ in range(member_count // 4 + 1)})
+
+
+@pytest.mark.parametrize("member_count,counts", [
+    (400, [2000, 400, 4000]),  # 16 each: shared runs, and runs starting past 1,024 (built)
+    (40, [1000, 30]),  # 25 or more each: runs past the shared length (built)
+])
+def test_the_c_builder_shares_one_tuple_per_short_run_and_builds_the_others(member_count, counts):
+    ids = [f"m{i:04d}" for i in range(member_count)]
+    topic_ids = [f"t{i}" for i in range(len(counts))]
+    empty = [{}] * member_count
+    first = native.assign_homogeneous(ids, empty, topic_ids, counts, None, tuple(range(max(counts))))
+    again = native.assign_homogeneous(ids, empty, topic_ids, counts, None, tuple(range(max(counts))))
+    assert first == again == assign_by_partition(ids, empty, topic_ids, counts)
+    runs = [(m, t, parts) for m in ids for t, parts in first[m].items()]
+    assert all(parts == tuple(range(parts[0], parts[0] + len(parts))) for _, _, parts in runs)
+    shared = [len(parts) <= 16 and parts[0] < 1024 for _, _, parts in runs]
+    assert [again[m][t] is parts for m, t, parts in runs] == shared
+    assert not all(shared)
 
 
 def test_the_c_builder_rejects_mismatched_arguments():

@@ -205,6 +205,41 @@ topic_hash(Work *w, PyObject *topic_ids, PyObject *hashes, Py_ssize_t t)
     return h;
 }
 
+/* A run of consecutive partitions of one topic, (start, ..., start + length - 1), as one shared
+ * tuple per (start, length) for short runs near a topic's start: what most members receive. A
+ * large group's output then allocates one tuple per distinct run instead of one per member, and
+ * the next assignment finds them again. Tuples are immutable, so sharing them between members,
+ * groups and calls changes nothing a caller can see but identity. Bounded: at most
+ * RUN_MAX_LENGTH x RUN_MAX_START tuples (about 2 MB) for the life of the process. */
+#define RUN_MAX_LENGTH 16
+#define RUN_MAX_START 1024
+static PyObject **run_cache; /* [(length - 1) * RUN_MAX_START + start], each filled when first met */
+
+static PyObject *
+run_tuple(PyObject *ints, Py_ssize_t start, Py_ssize_t length)
+{
+    if (run_cache == NULL) {
+        run_cache = PyMem_Calloc((size_t)RUN_MAX_LENGTH * RUN_MAX_START, sizeof(PyObject *));
+        if (run_cache == NULL)
+            return PyErr_NoMemory();
+    }
+    PyObject **slot = &run_cache[(length - 1) * RUN_MAX_START + start];
+    if (*slot == NULL) {
+        PyObject *tuple = PyTuple_New(length);
+        if (tuple == NULL)
+            return NULL;
+        for (Py_ssize_t j = 0; j < length; j++) {
+            PyObject *item = PyTuple_GET_ITEM(ints, start + j);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(tuple, j, item);
+        }
+        PyObject_GC_UnTrack(tuple);
+        *slot = tuple;
+    }
+    Py_INCREF(*slot);
+    return *slot;
+}
+
 /* {topic id: (partitions...)} for ascending global partition numbers. */
 static PyObject *
 member_dict(Work *w, const int32_t *parts, Py_ssize_t size, PyObject *topic_ids, PyObject *hashes, PyObject *ints)
@@ -228,15 +263,23 @@ member_dict(Work *w, const int32_t *parts, Py_ssize_t size, PyObject *topic_ids,
         Py_ssize_t end = k;
         while (end < size && parts[end] < w->offsets[t + 1])
             end++;
-        PyObject *tuple = PyTuple_New(end - k);
-        if (tuple == NULL)
-            goto fail;
-        for (Py_ssize_t j = k; j < end; j++) {
-            PyObject *item = PyTuple_GET_ITEM(ints, parts[j] - w->offsets[t]);
-            Py_INCREF(item);
-            PyTuple_SET_ITEM(tuple, j - k, item);
+        Py_ssize_t first = parts[k] - w->offsets[t], length = end - k;
+        PyObject *tuple;
+        if (length <= RUN_MAX_LENGTH && first < RUN_MAX_START && parts[end - 1] - parts[k] == length - 1) {
+            tuple = run_tuple(ints, first, length);
+            if (tuple == NULL)
+                goto fail;
+        } else {
+            tuple = PyTuple_New(length);
+            if (tuple == NULL)
+                goto fail;
+            for (Py_ssize_t j = k; j < end; j++) {
+                PyObject *item = PyTuple_GET_ITEM(ints, parts[j] - w->offsets[t]);
+                Py_INCREF(item);
+                PyTuple_SET_ITEM(tuple, j - k, item);
+            }
+            PyObject_GC_UnTrack(tuple); /* ints only: as the collector itself would on its next pass */
         }
-        PyObject_GC_UnTrack(tuple); /* ints only: as the collector itself would on its next pass */
         PyObject *key = PyList_GET_ITEM(topic_ids, t);
         Py_hash_t h = topic_hash(w, topic_ids, hashes, t);
         int rc;
