@@ -33,6 +33,11 @@ side-by-side run gives a ratio.
     python bench/assignors.py --assignor uniform    # one assignor
     python bench/assignors.py --quick --repeat 3    # small shapes, a smoke test
     python bench/assignors.py --grid                # also the wider JMH grid (slow)
+    python bench/assignors.py --case "10000m x 10ppm x 1000t homo incremental"   # one row alone
+
+A case run after another one of the same shape inherits the assignors' caches from it, built
+from other (equal) topic id objects; `--case` runs one row alone, as JMH forks a JVM per
+benchmark.
 """
 
 from __future__ import annotations
@@ -188,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="members in member id order as the coordinator passes them (default), or as drawn")
     parser.add_argument("--calls", type=int, help="back-to-back calls per timed run, as in a JMH iteration "
                         "(default: 1 after a full garbage collection; 200 for small groups)")
+    parser.add_argument("--case", action="append", metavar="TEXT",
+                        help="only the rows whose label contains TEXT (repeatable)")
     args = parser.parse_args(argv)
     global MEMBER_ORDER, CALLS
     MEMBER_ORDER = args.member_order
@@ -198,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [c for c in default_cases(args.quick) if c.assignor in names]
     if args.grid:
         cases += grid_cases(names)
+    if args.case:
+        cases = [c for c in cases if any(text in c.label for text in args.case)]
 
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus, repeat {args.repeat}")
     print(f"{'assignor':<8} {'case':<44} {'median ms':>10} {'min ms':>8} {'cpu ms':>8} {'kafka ms':>9} "
