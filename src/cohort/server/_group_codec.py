@@ -20,6 +20,7 @@ from cohort.coordinator.records import ClientAssignorMetadata
 from cohort.protocol.entities import build, nested
 from cohort.protocol.entities import error_code as err
 from cohort.protocol.operations import GROUP_OPS, NOT_REQUESTED
+from cohort.protocol.writers import uvarint
 
 LOADING = "the group coordinator is loading"
 ZERO = datetime.timedelta(0)
@@ -322,17 +323,7 @@ def offset_commit_frame(correlation_id: int, body: Any, version: int, result: di
 
 def _length(out: bytearray, n: int, flexible: bool, fixed: struct.Struct) -> None:
     """A string's or array's length: compact (unsigned varint of n + 1) or fixed-width."""
-    if flexible:
-        _uvarint(out, n + 1)
-    else:
-        out += fixed.pack(n)
-
-
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    out += uvarint(n + 1) if flexible else fixed.pack(n)
 
 
 def commit_codes(r: rq.OffsetCommitResponse) -> dict:
