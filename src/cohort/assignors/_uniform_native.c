@@ -225,15 +225,10 @@ run_tuple(PyObject *ints, Py_ssize_t start, Py_ssize_t length)
     }
     PyObject **slot = &run_cache[(length - 1) * RUN_MAX_START + start];
     if (*slot == NULL) {
-        PyObject *tuple = PyTuple_New(length);
+        PyObject *tuple = PyTuple_GetSlice(ints, start, start + length);
         if (tuple == NULL)
             return NULL;
-        for (Py_ssize_t j = 0; j < length; j++) {
-            PyObject *item = PyTuple_GET_ITEM(ints, start + j);
-            Py_INCREF(item);
-            PyTuple_SET_ITEM(tuple, j, item);
-        }
-        PyObject_GC_UnTrack(tuple);
+        PyObject_GC_UnTrack(tuple); /* ints only (a no-op if the slice is `ints` itself) */
         *slot = tuple;
     }
     Py_INCREF(*slot);
