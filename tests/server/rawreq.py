@@ -40,12 +40,13 @@ def fetch(version, topics, max_wait=0, min_bytes=1, session_id=0, session_epoch=
                forgotten_topics_data=(), rack_id="")
 
 
-def metadata(version, names=None, ids=None, auto=False):
+def metadata(version, names=None, ids=None, auto=False, id_name=None):
+    """``id_name``: the name sent beside each id (Kafka 4.1's client sends "", others null)."""
     topics = None
     if names is not None:
         topics = tuple(sub(3, version, "topics", name=n, topic_id=None) for n in names)
     if ids is not None:
-        topics = tuple(sub(3, version, "topics", name=None, topic_id=i) for i in ids)
+        topics = tuple(sub(3, version, "topics", name=id_name, topic_id=i) for i in ids)
     return req(3, version, topics=topics, allow_auto_topic_creation=auto, include_cluster_authorized_operations=False,
                include_topic_authorized_operations=False)
 

@@ -50,6 +50,33 @@ def test_metadata_ids_lookup_and_auto_create(server):
         assert m.controller_id == 1 and m.cluster_id
 
 
+@pytest.mark.parametrize("version", [12, 13])
+@pytest.mark.parametrize("id_name", [None, ""], ids=["null-name", "empty-name"])
+def test_metadata_by_topic_id_ignores_the_names_as_kafka_does(server, version, id_name):
+    """Kafka 4.1's MetadataRequest.Builder.forTopicIds sends "" beside each id; Kafka answers
+    by id whenever any topic carries one (KafkaApis.handleTopicMetadataRequest)."""
+    import uuid
+    with WireClient(server.port) as c:
+        c.request(19, 7, create_topics(7, ("by-id-a", 3), ("by-id-b", 1)))
+        known = {t.name: t.topic_id for t in c.request(3, version, metadata(version, names=["by-id-a", "by-id-b"])).topics}
+        stranger = uuid.uuid4()
+        m = c.request(3, version, metadata(version, ids=[known["by-id-a"], stranger, known["by-id-b"]], id_name=id_name))
+        got = {t.topic_id: (t.error_code, t.name, len(t.partitions)) for t in m.topics}
+        assert got == {known["by-id-a"]: (ErrorCode.none, "by-id-a", 3), known["by-id-b"]: (ErrorCode.none, "by-id-b", 1),
+                       stranger: (ErrorCode.unknown_topic_id, None, 0)}
+        # an id asked for twice is answered once, as Kafka's set of ids does
+        twice = c.request(3, version, metadata(version, ids=[known["by-id-b"], known["by-id-b"]], id_name=id_name))
+        assert [(t.name, t.error_code) for t in twice.topics] == [("by-id-b", ErrorCode.none)]
+        assert "" not in {t.name for t in c.request(3, version, metadata(version)).topics}  # nothing named "" made
+
+
+def test_metadata_topic_ids_before_v12_are_an_invalid_request(server):
+    import uuid
+    with WireClient(server.port) as c:
+        m = c.request(3, 10, metadata(10, ids=[uuid.uuid4()], id_name=""))
+        assert [t.error_code for t in m.topics] == [ErrorCode.invalid_request]
+
+
 def test_produce_fetch_list_offsets_roundtrip(server):
     with WireClient(server.port) as c:
         c.request(19, 7, create_topics(7, ("rt", 1)))

@@ -110,13 +110,19 @@ def _resolve_topics(ctx: "RequestContext", req: DecodedRequest) -> tuple[list[An
         wanted = [(t.name, None) for t in broker.topics.values() if ctx.authorize(acls.DESCRIBE, TOPIC, t.name)]
     else:
         wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
+        ids = [i for _, i in wanted if i not in (None, NULL_UUID)]
+        if ids and req.version >= 12:
+            # Kafka (KafkaApis.handleTopicMetadataRequest): once any topic carries an id, the ids
+            # are used and the names ignored. Kafka's client sends "" as the name of a topic it
+            # asks for by id (MetadataRequest.Builder.forTopicIds), not null.
+            wanted = [(None, i) for i in dict.fromkeys(ids)]
     entries: list[Any] = []
     missing: list[str] = []
     for name, topic_id in wanted:
-        if name is None and req.version < 12:
+        if req.version < 12 and (name is None or topic_id not in (None, NULL_UUID)):
             # Kafka: "Topic IDs are not supported in requests for version 10/11", and the
             # response has no way to name the topic (its name is not nullable before v12).
-            entries.append((E.invalid_request, "", topic_id or NULL_UUID))
+            entries.append((E.invalid_request, name or "", topic_id or NULL_UUID))
             continue
         if name is None:
             topic = broker.topic_by_id(topic_id) if topic_id not in (None, NULL_UUID) else None
