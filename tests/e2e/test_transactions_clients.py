@@ -275,3 +275,55 @@ def test_a_transaction_open_when_the_broker_is_killed_is_aborted_after_restart(t
         assert _read(srv.bootstrap, topic, "read_committed", 1) == ["kept"]
     finally:
         assert srv.stop() in (0, None)
+
+
+def _stable_offset_fetch(client, group: str, topic: str) -> tuple[int, int]:
+    """(error code, offset) of partition 0 from OffsetFetch v8 with RequireStable, as a
+    read_committed librdkafka consumer asks for its start position."""
+    from kio.index import load_request_schema
+
+    from cohort.protocol.entities import build, nested
+
+    schema = load_request_schema(9, 8)
+    groups_cls = nested(schema, "groups")
+    topic_cls = nested(groups_cls, "topics")
+    body = build(schema, require_stable=True, groups=(
+        build(groups_cls, group_id=group, topics=(build(topic_cls, name=topic, partition_indexes=(0,)),)),))
+    answer = client.request(9, 8, body).groups[0]
+    assert answer.error_code == 0, answer
+    p = answer.topics[0].partitions[0]
+    return p.error_code, p.committed_offset
+
+
+def test_a_stable_offset_fetch_right_after_commit_never_answers_an_older_offset(srv):
+    """Kafka runs a RequireStable fetch against the latest state after the writes before it:
+    UNSTABLE_OFFSET_COMMIT while the marker is pending, the committed offset after; never the
+    offset before the transaction (nor none at all), which would make a read_committed
+    consumer start over from an older position."""
+    from cohort.server.testing import WireClient
+
+    source, sink = _topic(srv.bootstrap, 1), _topic(srv.bootstrap, 1)
+    group = f"stable-{uuid.uuid4().hex[:6]}"
+    # not subscribed: its group metadata is the old-style one (generation -1), no join needed
+    consumer = ck.Consumer({"bootstrap.servers": srv.bootstrap, "group.id": group})
+    producer = _producer(srv.bootstrap, f"stable-{group}")
+    unstable = 0
+    try:
+        with WireClient(srv.port) as wire:
+            for i in range(1, 201):
+                producer.begin_transaction()
+                producer.produce(sink, value=b"out", partition=0)
+                producer.send_offsets_to_transaction([TopicPartition(source, 0, i)], consumer.consumer_group_metadata(), 20)
+                producer.commit_transaction(20)
+                deadline = time.monotonic() + 10
+                while True:
+                    code, offset = _stable_offset_fetch(wire, group, source)
+                    if code != 88:  # UNSTABLE_OFFSET_COMMIT: the client retries
+                        break
+                    unstable += 1
+                    assert time.monotonic() < deadline, "the offsets stayed pending"
+                    time.sleep(0.001)
+                assert (code, offset) == (0, i), f"commit {i}: answered {(code, offset)}"
+    finally:
+        consumer.close()
+    print(f"{unstable} UNSTABLE_OFFSET_COMMIT answers over 200 commits")

@@ -178,8 +178,11 @@ def commit_error_response(req: OffsetCommitRequest, code: Errors) -> OffsetCommi
 
 
 def fetch_offsets(ctx: GroupContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
+    """Committed offsets as of the last durable write; with RequireStable, as of the latest
+    write (Kafka runs such a fetch as a write operation: it reads the newest state, pending
+    transactional offsets included, and its answer waits for the writes before it)."""
     gid = req.group_id
-    view = ctx.committed_state(gid)
+    view = ctx.state if req.require_stable else ctx.committed_state(gid)
     group = view.groups.get(gid)
     if group is not None and (req.member_id is not None or req.member_epoch >= 0):
         member = group.members.get(req.member_id or "")
@@ -193,8 +196,8 @@ def fetch_offsets(ctx: GroupContext, req: OffsetFetchRequest) -> OffsetFetchResp
                                        f"the current member epoch is {member.member_epoch}.")
     stored = view.offsets.get(gid, {})
     # RequireStable (v7+): a partition whose transactional offset awaits its marker is
-    # UNSTABLE_OFFSET_COMMIT (the client retries); Kafka reads pending writes too, so does this.
-    unstable = ctx.state.pending_partitions(gid) if req.require_stable else ()
+    # UNSTABLE_OFFSET_COMMIT (the client retries).
+    unstable = view.pending_partitions(gid) if req.require_stable else ()
     topics = []
     if req.topics is None:
         by_topic: dict[str, list[int]] = {}

@@ -801,8 +801,36 @@ class GroupCoordinator:
                         rq.FetchedPartition(p.partition, error_code=Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)))
             return rq.OffsetFetchResponse(out.group_id, tuple(topics), out.error_code, out.error_message)
 
-        return self.read(ctx, [r.group_id for r, _ in groups], lambda: wire.offset_fetch_response(
-            resp, version, [(ids, fetched(r)) for r, ids in groups], names_to_ids))
+        def answer(results: list) -> Any:
+            return wire.offset_fetch_response(resp, version, results, names_to_ids)
+
+        group_ids = [r.group_id for r, _ in groups]
+        if not any(r.require_stable for r, _ in groups):
+            return self.read(ctx, group_ids, lambda: answer([(ids, fetched(r)) for r, ids in groups]))
+        # RequireStable: read the latest state and answer once the writes before the read are
+        # durable (Kafka runs this fetch as a write operation), so that a COMMIT marker already
+        # applied but not yet fsynced is neither missed nor shown before it is durable.
+        in_flight: dict[str, asyncio.Future] = {}
+
+        def read_latest() -> list:
+            for gid in group_ids:
+                fut = self.runtime_for(gid).writes_in_flight()
+                if fut is not None:
+                    in_flight[gid] = fut
+            return [(ids, fetched(r)) for r, ids in groups]
+
+        read = self.read(ctx, group_ids, read_latest)
+        if not asyncio.isfuture(read) and not in_flight:
+            return answer(read)
+
+        async def when_durable() -> Any:
+            results = await read if asyncio.isfuture(read) else read
+            lost = {gid for gid, fut in in_flight.items() if not await asyncio.shield(fut)}
+            return answer([(ids, rq.OffsetFetchResponse(out.group_id, (), Errors.NOT_COORDINATOR,
+                                                        "the coordinator log write failed"))
+                           if out.group_id in lost else (ids, out) for ids, out in results])
+
+        return self.order.track(ctx, asyncio.ensure_future(when_durable()))
 
     # --- OffsetDelete (47) -------------------------------------------------------------------
 

@@ -466,6 +466,12 @@ class CoordinatorRuntime:
             return fail(response.code, response.message)
         return answer(response)
 
+    def writes_in_flight(self) -> asyncio.Future | None:
+        """The durability of every write appended so far (True once durable, False if lost);
+        None if there is none in flight. A read of the latest state answers after it."""
+        tail = self._tail
+        return None if tail is None or tail.durable.done() else tail.durable
+
     def read(self, ctx: Any, fn: Callable[[], Any]) -> Any:
         """Run a read of committed state now, or once the shard is free."""
         if self.free(ctx):
