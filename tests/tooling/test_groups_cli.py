@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from cohort.server.testing import ServerProcess
+from cohort.server.testing import ServerProcess, ServerThread
 from cohort.tooling import groups_cli
 import dataclasses
 
@@ -127,3 +128,17 @@ def test_describe_a_live_group(server, capsys):
     assert {r[8] for r in parts.values()} == {"tool-c"}
     (member,) = [r for r in rows if len(r) == 6]
     assert member[3:] == ["tool-c", "4", "6"]
+
+
+@pytest.mark.parametrize("argv", [["describe", "--all-groups"], ["describe", "--all-groups", "--state"],
+                                  ["describe", "--all-groups", "--output", "json"], ["delete", "--all-groups"]])
+def test_all_groups_on_a_broker_without_groups_is_not_an_error(tmp_path, argv, capsys):
+    """Kafka's tool prints nothing to describe and exits 0; librdkafka refuses an empty list."""
+    with ServerThread(tmp_path / "data") as srv:
+        args = parse(["groups", *argv, "--bootstrap", srv.bootstrap, "--timeout", "10"])
+        assert args.func(args) == 0
+    out, err = capsys.readouterr()
+    if "json" in argv:
+        assert json.loads(out) == [] and err == ""
+    else:
+        assert out == "" and err == "No consumer groups.\n"

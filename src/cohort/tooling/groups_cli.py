@@ -162,6 +162,8 @@ def _tps(assignment: Any) -> tuple[tuple[str, int], ...]:
 
 def describe(admin: Any, group_ids: Sequence[str], timeout: float) -> dict[str, Any]:
     """group id -> ConsumerGroupDescription; ToolError for a group that does not exist."""
+    if not group_ids:
+        return {}  # librdkafka refuses an empty list with a ValueError
     futures = admin.describe_consumer_groups(list(group_ids), request_timeout=timeout)
     out = {}
     for gid in group_ids:
@@ -344,6 +346,12 @@ def _view_json(view: GroupView, desc: Any) -> dict:
 def run_describe(args: argparse.Namespace) -> int:
     admin = client.admin(args)
     ids = _group_ids(args, admin)
+    if not ids:  # --all-groups on a broker without groups
+        if args.output == "json":
+            emit(args, [], [], [])
+        else:
+            print("No consumer groups.", file=sys.stderr)
+        return 0
     descriptions = describe(admin, ids, args.timeout)
     states = states_of(args, descriptions)
     out_json = []
@@ -577,6 +585,12 @@ def run_delete(args: argparse.Namespace) -> int:
 
     admin = client.admin(args)
     ids = _group_ids(args, admin)
+    if not ids:  # --all-groups on a broker without groups (librdkafka refuses an empty list)
+        if args.output == "json":
+            emit(args, [], [], {"deleted": [], "failed": {}})
+        else:
+            print("No consumer groups.", file=sys.stderr)
+        return 0
     futures = admin.delete_consumer_groups(ids, request_timeout=args.timeout)
     failed = {}
     for gid in ids:
