@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from cohort.kafka_names import KAFKA_BROKER_SETTINGS
+from cohort.kafka_names import KAFKA_BROKER_SETTINGS, KAFKA_DYNAMIC_BROKER_SETTINGS, kafka_dynamic_value_error
 
 LONG_MAX = 2**63 - 1
 
@@ -301,6 +301,12 @@ class Config(Mapping[str, Any]):
         must be a dynamic setting with a valid value (ConfigError otherwise, nothing changed)."""
         parsed = {}
         for name, raw in values.items():
+            if is_inert_dynamic(name):  # Kafka's, unused here: kept as text, as Kafka stores it
+                why = kafka_dynamic_value_error(name, str(raw))
+                if why:
+                    raise ConfigError(why)
+                parsed[name] = str(raw)
+                continue
             setting = _lookup(name)
             if not setting.dynamic:
                 raise ConfigError(f"Cannot update these configs dynamically: Set({name})")
@@ -312,7 +318,14 @@ class Config(Mapping[str, Any]):
         self._effective = effective
 
     def dynamic(self, level: str) -> dict[str, Any]:
+        """The dynamic values of ``level``, Kafka's settings that cohort does not use included."""
         return dict(self._dynamic[level])
+
+    def inert_layers(self, name: str) -> list[tuple[str, str]]:
+        """(source, text) of the dynamic layers defining one of Kafka's settings that cohort
+        accepts and does not use, highest precedence first."""
+        return [(level, self._dynamic[level][name]) for level in (DYNAMIC_BROKER, DYNAMIC_DEFAULT)
+                if name in self._dynamic[level]]
 
     def layers(self, name: str) -> list[tuple[str, Any]]:
         """(source, value) of every layer that defines ``name``, highest precedence first: what
@@ -461,6 +474,14 @@ def upstream_client_settings(config: "Config") -> dict[str, str]:
         if name.startswith(UPSTREAM_CLIENT_PREFIX) and name not in REGISTRY:
             out[name[len(UPSTREAM_CLIENT_PREFIX):]] = value
     return out
+
+
+def is_inert_dynamic(name: str) -> bool:
+    """One of Kafka's dynamic broker settings that cohort accepts, keeps and does not use."""
+    if name not in KAFKA_DYNAMIC_BROKER_SETTINGS:
+        return False
+    load_declarations()
+    return name not in REGISTRY
 
 
 def _lookup(name: str, source: str | None = None, unknown_ok: bool = False) -> Setting | None:

@@ -114,9 +114,14 @@ KAFKA_BROKER_SETTINGS = frozenset({
     "listeners",
     "local.retention.bytes",
     "local.retention.ms",
+    "log.cleaner.dedupe.buffer.size",
     "log.cleaner.delete.retention.ms",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.io.max.bytes.per.second",
     "log.cleaner.max.compaction.lag.ms",
     "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.threads",
     "log.cleanup.policy",
     "log.dir",
     "log.dir.failure.timeout.ms",
@@ -173,6 +178,7 @@ KAFKA_BROKER_SETTINGS = frozenset({
     "metadata.max.idle.interval.ms",
     "metadata.max.retention.bytes",
     "metadata.max.retention.ms",
+    "metric.reporters",
     "metrics.jmx.exclude",
     "metrics.jmx.include",
     "min.cleanable.dirty.ratio",
@@ -264,7 +270,18 @@ KAFKA_BROKER_SETTINGS = frozenset({
     "retention.ms",
     "sasl.enabled.mechanisms",
     "sasl.jaas.config",
+    "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.min.time.before.relogin",
     "sasl.kerberos.principal.to.local.rules",
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.login.callback.handler.class",
+    "sasl.login.class",
+    "sasl.login.refresh.buffer.seconds",
+    "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter",
     "sasl.mechanism.controller.protocol",
     "sasl.mechanism.inter.broker.protocol",
     "sasl.server.callback.handler.class",
@@ -354,4 +371,83 @@ KAFKA_BROKER_SETTINGS = frozenset({
     "zookeeper.ssl.protocol",
     "zookeeper.ssl.truststore.location",
     "zookeeper.ssl.truststore.password",
-    "zookeeper.ssl.truststore.type",})
+    "zookeeper.ssl.truststore.type",
+})
+
+
+# Kafka's dynamic broker settings (DynamicBrokerConfig.AllDynamicConfigs and DynamicConfig.Broker,
+# 4.x) that cohort has no use for. IncrementalAlterConfigs and AlterConfigs accept them, as Kafka
+# does, and they are persisted and described (source DYNAMIC_BROKER_CONFIG), so operators' tools
+# that set them work; they change nothing in cohort.
+_KAFKA_DYNAMIC = {
+    # thread pools
+    "background.threads", "num.io.threads", "num.network.threads", "num.replica.fetchers",
+    "num.recovery.threads.per.data.dir",
+    # the log cleaner
+    "log.cleaner.threads", "log.cleaner.io.max.bytes.per.second", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor", "log.cleaner.backoff.ms",
+    # the topic-config synonyms
+    "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms", "log.roll.jitter.hours",
+    "log.index.size.max.bytes", "log.flush.interval.messages", "log.flush.interval.ms", "log.retention.bytes",
+    "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.index.interval.bytes",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+    "log.segment.delete.delay.ms", "log.cleaner.min.cleanable.ratio", "log.cleanup.policy",
+    "unclean.leader.election.enable", "min.insync.replicas", "compression.type", "compression.gzip.level",
+    "compression.lz4.level", "compression.zstd.level", "log.preallocate", "log.message.timestamp.type",
+    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms", "message.max.bytes",
+    "log.local.retention.ms", "log.local.retention.bytes",
+    # metrics, quotas, producer state, tiered storage
+    "metric.reporters", "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second", "producer.id.expiration.ms",
+    "transaction.partition.verification.enable", "remote.log.index.file.cache.total.size.bytes",
+    "remote.fetch.max.wait.ms", "remote.log.manager.copy.max.bytes.per.second",
+    "remote.log.manager.fetch.max.bytes.per.second", "remote.list.offsets.request.timeout.ms",
+    # connections
+    "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connection.creation.rate",
+}
+# Per-broker only: Kafka refuses them on the cluster-wide default resource ("").
+_KAFKA_PER_BROKER = {
+    "listeners", "advertised.listeners", "listener.security.protocol.map", "principal.builder.class",
+    "connections.max.reauth.ms", "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols",
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.truststore.certificates", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation", "ssl.client.auth",
+    "ssl.engine.factory.class", "ssl.principal.mapping.rules", "ssl.allow.dn.changes", "ssl.allow.san.changes",
+    "sasl.enabled.mechanisms", "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds", "sasl.jaas.config", "sasl.server.callback.handler.class",
+    "sasl.login.class", "sasl.login.callback.handler.class",
+}
+# Only names that are Kafka's and unused here (cohort's own settings are in its registry).
+KAFKA_DYNAMIC_BROKER_SETTINGS = frozenset((_KAFKA_DYNAMIC | _KAFKA_PER_BROKER) & KAFKA_BROKER_SETTINGS)
+KAFKA_PER_BROKER_SETTINGS = frozenset(_KAFKA_PER_BROKER & KAFKA_BROKER_SETTINGS)
+KAFKA_SENSITIVE_SETTINGS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+                                      "ssl.keystore.certificate.chain", "ssl.truststore.password",
+                                      "ssl.truststore.certificates", "sasl.jaas.config"})
+
+
+def kafka_dynamic_value_error(name: str, value: str) -> str | None:
+    """Why ``value`` is not valid for the Kafka dynamic setting ``name`` (its ConfigDef type,
+    as Kafka checks it), or None."""
+    number = name.endswith((".threads", ".ms", ".bytes", ".size", ".messages", ".per.second", ".rate", ".level",
+                            ".hours", ".minutes", ".seconds", "max.connections", "max.connections.per.ip",
+                            "num.replica.fetchers", "min.insync.replicas"))
+    if name.endswith(("ratio", "factor", "jitter")):
+        try:
+            float(value)
+        except ValueError:
+            return f"Invalid value {value} for configuration {name}: Not a number of type DOUBLE"
+    elif name.endswith(".enable"):
+        if value.strip().lower() not in ("true", "false"):
+            return f"Invalid value {value} for configuration {name}: Expected value to be either true or false"
+    elif number:
+        try:
+            n = int(value.strip())
+        except ValueError:
+            return f"Invalid value {value} for configuration {name}: Not a number of type LONG"
+        if n < 1 and (name.endswith(".threads") or name == "num.replica.fetchers"):
+            return f"Invalid value {value} for configuration {name}: Value must be at least 1"
+    return None

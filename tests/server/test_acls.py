@@ -135,3 +135,22 @@ def test_offset_commit_needs_read_on_each_topic(secured):
                 ("t", [(0, ErrorCode.none), (1, ErrorCode.none)])]
     committed = secured.call(lambda: dict(secured.server.group_coordinator.shard_for("g").state.offsets.get("g")))
     assert {key: value.offset for key, value in committed.items()} == {("t", 0): 7, ("t", 1): 7}
+
+
+def test_alter_configs_needs_alter_configs_on_the_resource(secured):
+    """AlterConfigs (33): ALTER_CONFIGS on the topic, on the cluster for the broker resource."""
+    secured.call(lambda: secured.server.broker.create_topic("cfg"))
+    secured.call(lambda: secured.server.broker.create_topic("other"))
+    secured.call(lambda: secured.server.authorizer.create([binding(A.TOPIC, "cfg", A.ALTER_CONFIGS, principal=ANON)]))
+
+    def alter(rtype, name):
+        cfg = (sub(33, 2, "resources", "configs", name="retention.ms" if rtype == 2 else "background.threads", value="9000"),)
+        res = sub(33, 2, "resources", resource_type=rtype, resource_name=name, configs=cfg)
+        return c.request(33, 2, req(33, 2, resources=(res,), validate_only=False)).responses[0].error_code
+
+    with WireClient(secured.port) as c:
+        assert alter(2, "cfg") == ErrorCode.none
+        assert alter(2, "other") == ErrorCode.topic_authorization_failed
+        assert alter(4, "1") == ErrorCode.cluster_authorization_failed
+    assert secured.call(lambda: secured.server.broker.topics["cfg"].configs) == {"retention.ms": "9000"}
+    assert secured.call(lambda: secured.server.broker.topics["other"].configs) == {}

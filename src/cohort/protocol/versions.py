@@ -50,6 +50,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     30: ("CreateAcls", 1, 3),
     31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),

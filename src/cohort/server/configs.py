@@ -18,7 +18,8 @@ from cohort.broker import BrokerError
 from cohort.broker import broker as codes
 from cohort.broker.topics import TOPIC_CONFIG_BROKER_DEFAULTS, TOPIC_CONFIG_DEFAULTS, topic_config_error
 from cohort import config
-from cohort.config import REGISTRY, ConfigError
+from cohort.config import REGISTRY, ConfigError, is_inert_dynamic
+from cohort.kafka_names import KAFKA_PER_BROKER_SETTINGS, KAFKA_SENSITIVE_SETTINGS, kafka_dynamic_value_error
 from cohort.server.limits import parse_overrides
 from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, has_field, nested
@@ -37,6 +38,9 @@ _SOURCES = {config.DYNAMIC_BROKER: DYNAMIC_BROKER_CONFIG, config.DYNAMIC_DEFAULT
 _LIST_SETTINGS = {"log.cleanup.policy"}  # APPEND / SUBTRACT apply to list-typed configs only
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _ZERO = datetime.timedelta(0)
+_INERT_DOC = "One of Kafka's dynamic broker settings: accepted and kept, it changes nothing in cohort."
+# The source of a value a resource sets itself: what AlterConfigs' whole set replaces.
+_OWN_SOURCES = {TOPIC: {DYNAMIC_TOPIC_CONFIG}, GROUP: {GROUP_CONFIG}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,7 @@ def install(server: "Host") -> None:
     server.config_resources[BROKER] = BrokerConfigs(server)
     server.apis.register(32, describe_configs)
     server.apis.register(44, incremental_alter_configs)
+    server.apis.register(33, alter_configs)
 
 
 class TopicConfigs:
@@ -138,16 +143,28 @@ class BrokerConfigs:
         self._check_name(name)
         cfg = self.server.config
         if name == "":
-            return [ConfigEntry(key, _text(value), DYNAMIC_DEFAULT_BROKER_CONFIG, documentation=REGISTRY[key].doc,
-                                synonyms=((key, _text(value), DYNAMIC_DEFAULT_BROKER_CONFIG),))
-                    for key, value in sorted(cfg.dynamic(config.DYNAMIC_DEFAULT).items())]
+            out = []
+            for key, value in sorted(cfg.dynamic(config.DYNAMIC_DEFAULT).items()):
+                sensitive = key in KAFKA_SENSITIVE_SETTINGS or (key in REGISTRY and REGISTRY[key].sensitive)
+                text = None if sensitive else _text(value)
+                out.append(ConfigEntry(key, text, DYNAMIC_DEFAULT_BROKER_CONFIG, sensitive=sensitive,
+                                       documentation=REGISTRY[key].doc if key in REGISTRY else _INERT_DOC,
+                                       synonyms=((key, text, DYNAMIC_DEFAULT_BROKER_CONFIG),)))
+            return out
         out = []
         for key in sorted(REGISTRY):
             setting = REGISTRY[key]
             layers = [(key, None if setting.sensitive else _text(v), _SOURCES[src]) for src, v in cfg.layers(key)]
             out.append(ConfigEntry(key, layers[0][1], layers[0][2], read_only=not setting.dynamic,
                                    sensitive=setting.sensitive, documentation=setting.doc, synonyms=tuple(layers)))
-        return out
+        inert = {key for level in (config.DYNAMIC_BROKER, config.DYNAMIC_DEFAULT) for key in cfg.dynamic(level)
+                 if key not in REGISTRY}
+        for key in sorted(inert):
+            sensitive = key in KAFKA_SENSITIVE_SETTINGS
+            layers = [(key, None if sensitive else v, _SOURCES[src]) for src, v in cfg.inert_layers(key)]
+            out.append(ConfigEntry(key, layers[0][1], layers[0][2], sensitive=sensitive, documentation=_INERT_DOC,
+                                   synonyms=tuple(layers)))
+        return sorted(out, key=lambda e: e.name)
 
     async def alter(self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool) -> None:
         self._check_name(name)
@@ -157,8 +174,12 @@ class BrokerConfigs:
         fixed = sorted(k for k, _, _ in ops if k in REGISTRY and not REGISTRY[k].dynamic)
         if fixed:
             raise BrokerError(codes.INVALID_CONFIG, f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+        per_broker = sorted(k for k, _, _ in ops if name == "" and k in KAFKA_PER_BROKER_SETTINGS)
+        if per_broker:
+            raise BrokerError(codes.INVALID_REQUEST, "Cannot update these configs at default cluster level, broker id "
+                              f"must be specified: Set({', '.join(per_broker)})")
         for key, op, value in ops:
-            if key not in REGISTRY:
+            if key not in REGISTRY and not is_inert_dynamic(key):
                 raise BrokerError(codes.INVALID_CONFIG, f"Unknown broker config {key!r}")
             if op == SET:
                 if value is None:
@@ -175,7 +196,10 @@ class BrokerConfigs:
                 raise BrokerError(codes.INVALID_REQUEST, f"unknown config operation {op}")
         try:
             for key, text in values.items():
-                REGISTRY[key].parse(text)
+                if key in REGISTRY:
+                    REGISTRY[key].parse(text)
+                elif why := kafka_dynamic_value_error(key, text):
+                    raise ConfigError(why)
             if "max.connections.per.ip.overrides" in values:
                 parse_overrides(values["max.connections.per.ip.overrides"])
         except ConfigError as exc:
@@ -268,3 +292,54 @@ async def incremental_alter_configs(ctx: "RequestContext", req: DecodedRequest) 
                              resource_name=r.resource_name))
     return build(resp, throttle_time=_ZERO, responses=tuple(results))
 
+
+
+async def alter_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
+    """AlterConfigs (KIP-133, v0-2): each resource's configs are replaced as a whole set (those
+    not named go back to their defaults), with Kafka's checks (ConfigAdminManager.preprocess)
+    and then IncrementalAlterConfigs' validation."""
+    body = req.body
+    resp = req.codec.response_type
+    result_cls = nested(resp, "responses")
+    seen: dict[tuple[int, str], int] = {}
+    for r in body.resources:
+        seen[(r.resource_type, r.resource_name)] = seen.get((r.resource_type, r.resource_name), 0) + 1
+    results = []
+    for r in body.resources:
+        error, message = ErrorCode.none, None
+        try:
+            if seen[(r.resource_type, r.resource_name)] > 1:
+                raise BrokerError(codes.INVALID_REQUEST, "Each resource must appear at most once.")
+            names = [c.name for c in r.configs]
+            if len(set(names)) != len(names):
+                raise BrokerError(codes.INVALID_REQUEST, "Error due to duplicate config keys")
+            nulls = [c.name for c in r.configs if c.value is None]
+            if nulls:
+                raise BrokerError(codes.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
+            provider = ctx.server.config_resources.get(r.resource_type)
+            if provider is None or r.resource_type not in (TOPIC, BROKER, GROUP):
+                raise BrokerError(codes.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
+            _authorize(ctx, acls.ALTER_CONFIGS, r.resource_type, r.resource_name)
+            ops = [(c.name, SET, c.value) for c in r.configs]
+            ops += [(key, DELETE, None) for key in sorted(_own_keys(ctx, r.resource_type, r.resource_name) - set(names))]
+            done = provider.alter(r.resource_name, ops, body.validate_only)
+            if inspect.isawaitable(done):
+                await done
+        except BrokerError as exc:
+            error, message = ErrorCode(exc.code), exc.message
+        results.append(build(result_cls, error_code=error, error_message=message, resource_type=r.resource_type,
+                             resource_name=r.resource_name))
+    return build(resp, throttle_time=_ZERO, responses=tuple(results))
+
+
+def _own_keys(ctx: "RequestContext", resource_type: int, name: str) -> set[str]:
+    """The configs a resource sets itself (not inherited): what a whole-set replace removes."""
+    if resource_type == BROKER:
+        level = config.DYNAMIC_DEFAULT if name == "" else config.DYNAMIC_BROKER
+        return set(ctx.server.config.dynamic(level))
+    provider = ctx.server.config_resources[resource_type]
+    try:
+        entries = provider.describe(name)
+    except BrokerError:
+        return set()  # a group that does not exist yet sets nothing; the alter answers for a topic
+    return {e.name for e in entries if e.source in _OWN_SOURCES[resource_type]}

@@ -60,7 +60,7 @@ GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69, PREPARE_AS
 LOCAL_APIS = GROUP_APIS | {SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE, TXN_OFFSET_COMMIT}
 VERSION_CAPS = {PRODUCE: 9, FETCH: 15}  # NodeEndpoints (KIP-951) above these
 GROUP_KEY = 0
-GROUP_CONFIG_APIS, GROUP_RESOURCE = frozenset({32, 44}), 32  # DescribeConfigs, IncrementalAlterConfigs; GROUP
+GROUP_CONFIG_APIS, GROUP_RESOURCE = frozenset({32, 33, 44}), 32  # Describe-, Alter-, IncrementalAlterConfigs; GROUP
 TOPIC_CHANGES = frozenset({19, 20, 37})  # CreateTopics, DeleteTopics, CreatePartitions: read topics again
 
 
