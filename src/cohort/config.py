@@ -469,7 +469,9 @@ UPSTREAM_CLIENT_PREFIX = "upstream."  # upstream.<librdkafka setting>, passed to
 
 def upstream_client_settings(config: "Config") -> dict[str, str]:
     """The upstream client's settings: ``bootstrap.servers`` and every undeclared ``upstream.<name>``."""
-    out = {"bootstrap.servers": config["upstream.bootstrap.servers"]}
+    from cohort.librdkafka import RESTART_SAFE
+
+    out = {**RESTART_SAFE, "bootstrap.servers": config["upstream.bootstrap.servers"]}
     for name, value in config.items():
         if name.startswith(UPSTREAM_CLIENT_PREFIX) and name not in REGISTRY:
             out[name[len(UPSTREAM_CLIENT_PREFIX):]] = value

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from cohort.librdkafka import client_settings
 from cohort.pipeline import layout
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -56,8 +57,8 @@ def _type_name(group_type) -> str | None:
 def admin(bootstrap: str, timeout: float):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
-                        "client.id": "cohort-pipeline-lag", "log_level": 0})  # errors come back as WireError
+    return AdminClient(client_settings({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
+                                        "client.id": "cohort-pipeline-lag", "log_level": 0}))  # errors come back as WireError
 
 
 def _result(future, timeout: float, what: str):
@@ -389,10 +390,10 @@ def record_row(offset: int, timestamp: dt.datetime | None, key: bytes, value: by
 def _records_consumer(bootstrap: str):
     import confluent_kafka as ck
 
-    return ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"cohort-records-{uuid.uuid4()}",
-                        "enable.auto.commit": False, "enable.auto.offset.store": False,
-                        "enable.partition.eof": True, "check.crcs": True,
-                        "isolation.level": "read_uncommitted", "log_level": 0})
+    return ck.Consumer(client_settings({"bootstrap.servers": bootstrap, "group.id": f"cohort-records-{uuid.uuid4()}",
+                                        "enable.auto.commit": False, "enable.auto.offset.store": False,
+                                        "enable.partition.eof": True, "check.crcs": True,
+                                        "isolation.level": "read_uncommitted", "log_level": 0}))
 
 
 def log_bounds(bootstrap: str, partition: int = 0, timeout: float = 15.0) -> tuple[int, int]:

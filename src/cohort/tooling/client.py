@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cohort.librdkafka import RESTART_SAFE, client_settings
+
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 
 
@@ -54,7 +56,7 @@ def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
 
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
-    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server}
+    conf: dict[str, Any] = client_settings({"bootstrap.servers": args.bootstrap_server})
     if args.command_config:
         try:
             with open(args.command_config, encoding="utf-8") as f:
@@ -168,7 +170,7 @@ def kafka_python_config(conf: dict[str, Any]) -> dict[str, Any]:
     for key, value in conf.items():
         if key in names:
             out[names[key]] = value
-        elif key not in ("logger", "socket.timeout.ms"):
+        elif key not in ("logger", "socket.timeout.ms", *RESTART_SAFE):
             raise UsageError(f"client setting {key!r} is not supported by kafka-python, which this command also uses")
     return out
 
