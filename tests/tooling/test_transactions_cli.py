@@ -61,7 +61,7 @@ def test_see_and_abort_a_hanging_transaction(tmp_path, capsys):
         code, out, err = run(capsys, "abort", "--topic", "h", "--partition", "0", "--start-offset", "0", *b)
         assert (code, out) == (1, "") and err == "cohort transactions abort: error: no open transaction starts at offset 0 of h-0\n"
         code, _, err = run(capsys, "describe", "--transactional-id", "nope", *b)
-        assert code == 1 and err.startswith("cohort transactions describe: error: TransactionalIdNotFoundError")
+        assert code == 1 and err.startswith("cohort transactions describe: error: TRANSACTIONAL_ID_NOT_FOUND")
         code, _, err = run(capsys, "abort", "--topic", "h", "--partition", "0", "--producer-id", "1", *b)
         assert code == 2 and "--producer-id and --producer-epoch go together" in err
     finally:

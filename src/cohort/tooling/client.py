@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cohort.librdkafka import RESTART_SAFE, client_settings
+from cohort.librdkafka import client_settings
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 
@@ -159,32 +159,3 @@ def topic_partitions(specs: Sequence[str]) -> list[tuple[str, list[int] | None]]
     return out
 
 
-def kafka_python_config(conf: dict[str, Any]) -> dict[str, Any]:
-    """librdkafka's client settings in kafka-python's names (the ones a --command-config holds)."""
-    names = {"bootstrap.servers": "bootstrap_servers", "security.protocol": "security_protocol",
-             "sasl.mechanism": "sasl_mechanism", "sasl.mechanisms": "sasl_mechanism",
-             "sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password",
-             "ssl.ca.location": "ssl_cafile", "ssl.certificate.location": "ssl_certfile",
-             "ssl.key.location": "ssl_keyfile", "ssl.key.password": "ssl_password", "client.id": "client_id"}
-    out = {}
-    for key, value in conf.items():
-        if key in names:
-            out[names[key]] = value
-        elif key not in ("logger", "socket.timeout.ms", *RESTART_SAFE):
-            raise UsageError(f"client setting {key!r} is not supported by kafka-python, which this command also uses")
-    return out
-
-
-def kafka_python_admin(args: argparse.Namespace) -> Any:
-    """kafka-python's admin client, for the requests librdkafka cannot make (its log lines stay quiet)."""
-    import logging
-
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
-
-    logging.getLogger("kafka").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
-    try:
-        return KafkaAdminClient(**kafka_python_config(client_config(args)),
-                                request_timeout_ms=int(args.timeout * 1000))
-    except KafkaError as exc:
-        raise ToolError(str(exc)) from None

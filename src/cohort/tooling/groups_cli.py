@@ -16,9 +16,9 @@ balances; a partition without a commit counts by the group's `consumer.offset.re
 group's imbalance. `--members --verbose` shows each member's current and target assignment.
 Offsets are reset only while a group has no members, as Kafka requires.
 
-They are ordinary admin clients (confluent-kafka; through kafka-python the two things librdkafka
-cannot do: OffsetDelete, and naming the Assigning and Reconciling states), so they work against any
-Kafka-compatible cluster.
+They are ordinary admin clients (confluent-kafka; through cohort's own wire client the two things
+librdkafka cannot do: OffsetDelete, and naming the Assigning and Reconciling states), so they work
+against any Kafka-compatible cluster.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def render(view: GroupView, with_lag: bool) -> str:
 # --- reading a group ---------------------------------------------------------------------------
 
 # Kafka's spelling of each group state -> librdkafka's name for it (None: librdkafka has none and
-# reports the state as UNKNOWN, so it is read from ListGroups through kafka-python instead).
+# reports the state as UNKNOWN, so it is read from ListGroups through cohort's wire client instead).
 STATES = {"Stable": "STABLE", "Empty": "EMPTY", "PreparingRebalance": "PREPARING_REBALANCING",
           "CompletingRebalance": "COMPLETING_REBALANCING", "Assigning": None, "Reconciling": None, "Dead": "DEAD"}
 TYPES = ("consumer", "classic")
@@ -135,14 +135,10 @@ def state_name(state: Any) -> str:
 
 
 def broker_states(args: argparse.Namespace) -> dict[str, str]:
-    """group id -> its state as the coordinators spell it (ListGroups v4+, through kafka-python)."""
-    admin = client.kafka_python_admin(args)
-    try:
-        return {g["group_id"]: g.get("group_state") or "Unknown" for g in admin.list_groups()}
-    except Exception as exc:  # kafka-python raises its KafkaError subclasses and ValueError alike
-        raise ToolError(f"{type(exc).__name__}: {exc}") from None
-    finally:
-        admin.close()
+    """group id -> its state as the coordinators spell it (ListGroups v4+, through cohort's wire client)."""
+    from cohort.tooling import wire_admin
+
+    return wire_admin.run(client.client_config(args), args.timeout, lambda admin: admin.group_states())
 
 
 def states_of(args: argparse.Namespace, listed: Mapping[str, Any]) -> dict[str, str]:
@@ -613,9 +609,8 @@ def run_delete(args: argparse.Namespace) -> int:
 
 @reported("groups delete-offsets")
 def run_delete_offsets(args: argparse.Namespace) -> int:
-    """OffsetDelete: librdkafka has no such admin call, kafka-python has."""
-    from kafka.errors import KafkaError
-    from kafka.structs import TopicPartition
+    """OffsetDelete: librdkafka has no such admin call; cohort's wire client sends it."""
+    from cohort.tooling import wire_admin
 
     if not args.topic:
         raise UsageError("name the partitions with --topic T[:P,...]")
@@ -624,20 +619,13 @@ def run_delete_offsets(args: argparse.Namespace) -> int:
     gid = args.group[0]
     confluent = client.admin(args)
     describe(confluent, [gid], args.timeout)  # "does not exist", as Kafka says it
-    tps = [TopicPartition(t, p) for t, p in named_partitions(confluent, args.topic, args.timeout)]
-    admin = client.kafka_python_admin(args)
-    try:
-        result = admin.delete_group_offsets(gid, tps)
-    except KafkaError as exc:
-        raise ToolError(f"{type(exc).__name__}: {exc}") from None
-    finally:
-        admin.close()
+    tps = list(named_partitions(confluent, args.topic, args.timeout))
+    codes = wire_admin.run(client.client_config(args), args.timeout, lambda admin: admin.delete_offsets(gid, tps))
     rows, failed = [], 0
-    for tp in tps:
-        error = result.get(tp) if isinstance(result, dict) else None
-        ok = error is None or getattr(error, "errno", 0) == 0
-        failed += not ok
-        rows.append([tp.topic, str(tp.partition), "Successful" if ok else f"Error: {getattr(error, 'message', error)}"])
+    for t, p in tps:
+        code = codes.get((t, p), 0)
+        failed += code != 0
+        rows.append([t, str(p), "Successful" if code == 0 else f"Error: {wire_admin.error_name(code)}"])
     emit(args, ["TOPIC", "PARTITION", "STATUS"], rows)
     return client.EXIT_FAILURE if failed else 0
 

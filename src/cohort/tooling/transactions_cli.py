@@ -9,42 +9,29 @@
                        --producer-id and --producer-epoch
 
 Works against any Kafka-compatible cluster (ListTransactions, DescribeTransactions,
-DescribeProducers and WriteTxnMarkers, through kafka-python's admin client).
+DescribeProducers and WriteTxnMarkers, through cohort's own wire client).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
-from cohort.tooling import client
+from cohort.tooling import client, wire_admin
 from cohort.tooling.client import ToolError, UsageError, emit, reported
 
-
-def _admin(args: argparse.Namespace) -> Any:
-    return client.kafka_python_admin(args)
+T = TypeVar("T")
 
 
-def _call(fn: Any, *a: Any, **kw: Any) -> Any:
-    from kafka.errors import KafkaError
-
-    try:
-        return fn(*a, **kw)
-    except KafkaError as exc:
-        raise ToolError(f"{type(exc).__name__}: {exc}") from None
+def _run(args: argparse.Namespace, fn: Callable[[wire_admin.WireAdmin], Awaitable[T]]) -> T:
+    conf = client.client_config(args)
+    return wire_admin.run(conf, args.timeout, fn)
 
 
 @reported("transactions list")
 def run_list(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    try:
-        listed = _call(admin.list_transactions, state_filters=args.state or None,
-                       producer_id_filters=args.producer_id or None)
-    finally:
-        admin.close()
-    rows = sorted((t.transactional_id, node, t.producer_id, t.state.value)
-                  for node, txns in listed.items() for t in txns)
+    rows = _run(args, lambda admin: admin.list_transactions(args.state, args.producer_id))
     emit(args, ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows)
     return 0
 
@@ -53,93 +40,78 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     if not args.transactional_id.strip():
         raise UsageError("--transactional-id must not be empty")
-    admin = _admin(args)
-    try:
-        found = _call(admin.describe_transactions, [args.transactional_id])
-    finally:
-        admin.close()
-    d = found[args.transactional_id]
+    d = _run(args, lambda admin: admin.describe_transaction(args.transactional_id))
     now = int(time.time() * 1000)
-    start = d.transaction_start_time_ms
-    rows = [(d.coordinator_id, args.transactional_id, d.producer_id, d.producer_epoch, d.state.value,
-             d.transaction_timeout_ms, start if start >= 0 else "None", now - start if start >= 0 else "None",
-             ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.topic_partitions)))]
+    start = d.start_time_ms
+    rows = [(d.coordinator_id, d.transactional_id, d.producer_id, d.producer_epoch, d.state, d.timeout_ms,
+             start if start >= 0 else "None", now - start if start >= 0 else "None",
+             ",".join(f"{t}-{p}" for t, p in d.partitions))]
     emit(args, ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
                 "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs", "TopicPartitions"],
          rows)
     return 0
 
 
-def _producers(admin: Any, topic: str, partition: int) -> list:
-    from kafka.structs import TopicPartition
-
-    states = _call(admin.describe_producers, [TopicPartition(topic, partition)])
-    return list(states[TopicPartition(topic, partition)].active_producers)
-
-
 @reported("transactions describe-producers")
 def run_describe_producers(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    try:
-        producers = _producers(admin, args.topic, args.partition)
-    finally:
-        admin.close()
+    producers = _run(args, lambda admin: admin.describe_producers(args.topic, args.partition))
     rows = [(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence, p.last_timestamp,
              p.current_transaction_start_offset if p.current_transaction_start_offset >= 0 else "None")
-            for p in sorted(producers)]
+            for p in producers]
     emit(args, ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
                 "CurrentTransactionStartOffset"], rows)
     return 0
 
 
+# Transaction states that hold no open transaction (Kafka's TransactionState).
+_CLOSED = {"Empty", "CompleteCommit", "CompleteAbort", "Dead"}
+
+
 @reported("transactions find-hanging")
 def run_find_hanging(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    try:
-        hanging = _call(admin.find_hanging_transactions,
-                        max_transaction_timeout_ms=int(args.max_transaction_timeout * 60_000))
-    finally:
-        admin.close()
-    rows = [(h["transactional_id"], h["coordinator_id"], h["producer_id"], h["producer_epoch"], h["state"],
-             h["age_ms"] // 60_000, ",".join(f"{tp.topic}-{tp.partition}" for tp in h["topic_partitions"]))
-            for h in hanging]
+    """kafka-transactions.sh's rule: open longer than the maximum timeout plus 5 minutes."""
+    threshold_ms = int(args.max_transaction_timeout * 60_000) + 5 * 60_000
+
+    async def find(admin: wire_admin.WireAdmin) -> list:
+        listed = await admin.list_transactions([], [])
+        hanging = []
+        for txn_id in sorted({t[0] for t in listed}):
+            d = await admin.describe_transaction(txn_id)
+            age = int(time.time() * 1000) - d.start_time_ms
+            if d.state not in _CLOSED and d.start_time_ms >= 0 and age >= threshold_ms:
+                hanging.append((d.transactional_id, d.coordinator_id, d.producer_id, d.producer_epoch, d.state,
+                                age // 60_000, ",".join(f"{t}-{p}" for t, p in d.partitions)))
+        return hanging
+
     emit(args, ["TransactionalId", "Coordinator", "ProducerId", "ProducerEpoch", "TransactionState",
-                "DurationMinutes", "TopicPartitions"], rows)
+                "DurationMinutes", "TopicPartitions"], _run(args, find))
     return 0
 
 
 @reported("transactions abort")
 def run_abort(args: argparse.Namespace) -> int:
-    from kafka.structs import TopicPartition
-
     by_offset = args.start_offset is not None
     by_producer = args.producer_id is not None or args.producer_epoch is not None
     if by_offset == by_producer:
         raise UsageError("name the transaction with --start-offset, or with --producer-id and --producer-epoch")
     if by_producer and (args.producer_id is None or args.producer_epoch is None):
         raise UsageError("--producer-id and --producer-epoch go together")
-    admin = _admin(args)
-    try:
+
+    async def abort(admin: wire_admin.WireAdmin) -> tuple[int, int]:
         pid, epoch, coordinator_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
         if by_offset:
-            matches = [p for p in _producers(admin, args.topic, args.partition)
+            matches = [p for p in await admin.describe_producers(args.topic, args.partition)
                        if p.current_transaction_start_offset == args.start_offset]
             if not matches:
                 raise ToolError(f"no open transaction starts at offset {args.start_offset} of "
                                 f"{args.topic}-{args.partition}")
             pid, epoch, coordinator_epoch = matches[0].producer_id, matches[0].producer_epoch, matches[0].coordinator_epoch
-        spec = _abort_spec(TopicPartition(args.topic, args.partition), pid, epoch, coordinator_epoch)
-        _call(admin.abort_transaction, spec)
-    finally:
-        admin.close()
+        await admin.abort_transaction(args.topic, args.partition, pid, epoch, coordinator_epoch)
+        return pid, epoch
+
+    pid, epoch = _run(args, abort)
     print(f"Aborted the transaction of producer {pid} (epoch {epoch}) on {args.topic}-{args.partition}")
     return 0
-
-
-def _abort_spec(tp: Any, pid: int, epoch: int, coordinator_epoch: int) -> Any:
-    from kafka.admin import AbortTransactionSpec
-
-    return AbortTransactionSpec(tp, pid, epoch, coordinator_epoch)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
