@@ -334,3 +334,27 @@ def test_stopping_the_server_answers_parked_joins_before_closing(srv, connect):
     a, b, _, corr = park_a_join(connect, "stopping")  # a stays open: its connection is the stable member's
     srv.stop()
     assert answer(b, 11, 5, corr).error_code == E.not_coordinator
+
+
+def test_the_startup_line_counts_every_group_type(tmp_path, caplog):
+    """Consumer groups, classic groups and groups that only have committed offsets."""
+    import logging
+
+    from test_groups_api import join as consumer_join
+
+    data = tmp_path / "data"
+    with ServerThread(data, SETTINGS) as s, WireClient(s.port) as c:
+        wait_loaded(s)
+        c.request(19, 7, create_topics(7, ("t", 2)))
+        for group in ("kip848-a", "kip848-b"):
+            assert consumer_join(c, group, group, ["t"]).error_code == E.none
+        joined = join(c, "classic", "", version=3)
+        synced = c.request(14, 3, sync_body("classic", joined.generation_id, joined.member_id,
+                                            ((joined.member_id, b""),)))
+        assert (joined.error_code, synced.error_code) == (E.none, E.none)  # stored once the leader syncs
+        assert commit(c, 8, "offsets-only", {"t": {0: 5}}) == {("t", 0): E.none}
+    caplog.set_level(logging.INFO, logger="cohort")
+    with ServerThread(data, SETTINGS) as s:
+        wait_loaded(s)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("group coordinator loaded")]
+    assert line.endswith("; 4 groups: 2 consumer, 1 classic, 1 with committed offsets only"), line

@@ -366,9 +366,14 @@ class GroupCoordinator:
         await self._refresh_snapshot(now_ms())
         self.changes.everything()  # readers that subscribed before the replay read it all
         self.loaded = True
-        log.info("group coordinator loaded %d records (%d skipped) in %.2f s over %d shard(s); %d groups",
+        consumer = sum(len(s.state.groups) for s in self.shards)
+        classic = sum(len(s.state.classic_groups) for s in self.shards)
+        offsets_only = sum(len(set(s.state.offsets) - set(s.state.groups) - set(s.state.classic_groups))
+                           for s in self.shards)
+        log.info("group coordinator loaded %d records (%d skipped) in %.2f s over %d shard(s); %d groups: "
+                 "%d consumer, %d classic, %d with committed offsets only",
                  sum(c for c, _ in totals), sum(s for _, s in totals), time.monotonic() - started,
-                 len(self.runtimes), sum(len(s.state.groups) for s in self.shards))
+                 len(self.runtimes), consumer + classic + offsets_only, consumer, classic, offsets_only)
 
     async def acquire(self, shards: list[int]) -> None:
         """Shared: the cohort cluster assigned these shards here. Each is loaded (its upstream
