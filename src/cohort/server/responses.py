@@ -92,14 +92,19 @@ class Responses:
         elif not self._transport.is_closing():
             await self._writer.drain()
 
-    def close(self) -> None:
-        """The connection is gone: answers still waiting are dropped."""
+    def close(self) -> list[asyncio.Future]:
+        """The connection is gone: answers still waiting are dropped. Returns the requests still
+        running (a write must still reach the log; the server waits for them when it stops)."""
         self._closed = True
+        running = []
         for _, _, result, _ in self._items:
             if isinstance(result, _Future):
                 result.remove_done_callback(self._ready)
+                if not result.done():
+                    running.append(result)
         self._items.clear()
         self._wake()
+        return running
 
     async def _wait(self) -> None:
         self._waiter = asyncio.get_running_loop().create_future()

@@ -91,6 +91,7 @@ class Server:
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task] = set()
         self._background: set[asyncio.Task] = set()
+        self._orphans: set[asyncio.Future] = set()  # requests still running after their connection closed
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-offload")
         self._quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"],
                                         parse_overrides(config["max.connections.per.ip.overrides"]))
@@ -250,6 +251,13 @@ class Server:
         for task in list(self._connections) + list(self._background):
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)
+        # Requests whose connection closed under them: writes finish (their records are on
+        # their way to the log), what is left (a long-poll) ends now.
+        if self._orphans:
+            _, left = await asyncio.wait(set(self._orphans), timeout=SHUTDOWN_GRACE_S)
+            for fut in left:
+                fut.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
         for srv in self._servers:
             await srv.wait_closed()
         self._servers = []
@@ -293,7 +301,9 @@ class Server:
         except (asyncio.CancelledError, ConnectionError):
             pass
         finally:
-            responses.close()
+            for fut in responses.close():
+                self._orphans.add(fut)
+                fut.add_done_callback(self._orphans.discard)
             writer.close()
             if ctx is not None:
                 for hook in self.connection_closed:

@@ -1,0 +1,156 @@
+"""Checks every test passes besides its own assertions: it leaves nothing running behind it.
+
+After each test: no child process it started is still alive, and no librdkafka client it made is
+still open (their threads are named ``rdk:*``). After each module (once its module-scoped
+fixtures are gone): the same for what they started, no thread is left running, and no asyncio
+task was destroyed while pending or failed with nobody to see it.
+
+A test that keeps something on purpose across tests does it in a fixture of that scope.
+
+Under pytest-xdist (`make test` runs `--dist loadgroup`), each module is one unit of work, so its
+module-scoped servers start once, and the pipeline's modules share one worker and its Spark
+session. Units are handed out longest first (the directories below, slowest first), so that the
+slow end-to-end modules overlap with each other instead of trailing at the end of the run.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+GRACE_S = 5.0
+# Slowest first: each entry's modules take tens of seconds (real clients, restarts, Spark).
+_ORDER = ("tests/pipeline/", "tests/e2e/", "tests/upstream/", "tests/test_packaging.py", "tests/tooling/",
+          "tests/client/", "tests/server/", "tests/test_cli_assign.py")
+
+
+def _rank(nodeid: str) -> int:
+    return next((i for i, prefix in enumerate(_ORDER) if nodeid.startswith(prefix)), len(_ORDER))
+
+
+def pytest_collection_modifyitems(config, items):
+    """One xdist group per module (the pipeline's modules: one group), slowest groups first."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group("spark" if path.startswith("tests/pipeline/") else path))
+    items.sort(key=lambda item: _rank(item.nodeid))  # stable: a module keeps its own order  # librdkafka joins its threads asynchronously once a client is destroyed
+
+
+def _children() -> dict[int, str]:
+    """Direct child processes of this one that are still running (zombies are not): pid -> command."""
+    me = str(os.getpid())
+    out = {}
+    for task in os.listdir(f"/proc/{me}/task"):
+        try:
+            with open(f"/proc/{me}/task/{task}/children") as f:
+                pids = f.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                if state == "Z":
+                    continue
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    out[int(pid)] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+            except OSError:
+                continue
+    return out
+
+
+def _librdkafka_threads() -> int:
+    count = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().startswith("rdk:"):
+                    count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.is_alive()}
+
+
+class _Snapshot:
+    def __init__(self, threads: bool = True) -> None:
+        """``threads``: also Python threads (a module's long-lived server starts its pools lazily,
+        so those are checked once its fixtures are gone)."""
+        self.children = set(_children())
+        self.rdk = _librdkafka_threads()
+        self.threads = _threads() if threads else None
+
+    def leaks(self) -> list[str]:
+        """What is still running that was not before, after a grace period for it to end."""
+        deadline = time.monotonic() + GRACE_S
+        collected = False
+        while True:
+            children = {pid: cmd for pid, cmd in _children().items() if pid not in self.children}
+            rdk = _librdkafka_threads() - self.rdk
+            threads = [] if self.threads is None else [t for t in _threads() - self.threads if not _ignored(t)]
+            if not (children or rdk > 0 or threads) or time.monotonic() > deadline:
+                break
+            if not collected:
+                gc.collect()  # an unreferenced client is destroyed here
+                collected = True
+            time.sleep(0.05)
+        out = [f"child process {pid} still running: {cmd}" for pid, cmd in sorted(children.items())]
+        if rdk > 0:
+            out.append(f"{rdk} librdkafka client thread(s) still running: a Consumer, Producer or AdminClient "
+                       "was left open (close it, or drop every reference to it)")
+        out += [f"thread still running: {t.name}" for t in threads]
+        return out
+
+
+def _ignored(thread: threading.Thread) -> bool:
+    """Threads that libraries keep for the life of the process by design."""
+    return thread.name.startswith(("ThreadPoolExecutor-0_", "asyncio_0", "py4j", "Thread-")) and thread.daemon
+
+
+class _AsyncioTrouble(logging.Handler):
+    """Records the loop's complaints about tasks nobody awaited."""
+
+    PATTERNS = ("Task was destroyed but it is pending", "Task exception was never retrieved")
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith(self.PATTERNS):
+            self.seen.append(" ".join(message.split())[:400] + (f": {record.exc_info[1]!r}" if record.exc_info else ""))
+
+
+_TROUBLE = _AsyncioTrouble()
+logging.getLogger("asyncio").addHandler(_TROUBLE)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_leaves_nothing_running():
+    before = _Snapshot()
+    _TROUBLE.seen.clear()
+    yield
+    leaks = before.leaks()
+    gc.collect()
+    leaks += [f"asyncio: {m}" for m in _TROUBLE.seen]
+    _TROUBLE.seen.clear()
+    if leaks:
+        pytest.fail("the module's tests or fixtures left behind:\n  " + "\n  ".join(leaks), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _test_leaves_nothing_running():
+    before = _Snapshot(threads=False)
+    yield
+    leaks = before.leaks()
+    if leaks:
+        pytest.fail("the test left behind:\n  " + "\n  ".join(leaks), pytrace=False)
