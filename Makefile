@@ -31,13 +31,13 @@ run: $(RUN_STAMP)
 	$(BIN)/cohort serve
 
 test: $(STAMP) e2e-tools
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The contributors' inner loop: unit and property tests, no end-to-end clients, Spark or upstreams.
 QUICK_PATHS := tests/assignors tests/coordinator tests/log tests/protocol tests/broker tests/transactions \
 	tests/security tests/server tests/test_cli_assign.py tests/test_import_cycles.py
 quick: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not e2e" $(QUICK_PATHS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not e2e" $(QUICK_PATHS) $(PYTEST_ARGS)
 
 # Clients the e2e tests run besides the Python ones: kcat (Debian) and kafkajs (npm, project-local);
 # Debian's chromium and chromedriver for the dashboard test.

@@ -7,7 +7,7 @@ task was destroyed while pending or failed with nobody to see it.
 
 A test that keeps something on purpose across tests does it in a fixture of that scope.
 
-Under pytest-xdist (`make test` runs `--dist loadgroup`), each module is one unit of work, so its
+Under pytest-xdist (`make test` runs `-n 6`), each module is one unit of work, so its
 module-scoped servers start once, and the pipeline's modules share one worker and its Spark
 session. Units are handed out longest first (the directories below, slowest first), so that the
 slow end-to-end modules overlap with each other instead of trailing at the end of the run.
@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-GRACE_S = 5.0
+GRACE_S = 5.0  # librdkafka joins its threads asynchronously once a client is destroyed
 # Slowest first: each entry's modules take tens of seconds (real clients, restarts, Spark).
 _ORDER = ("tests/pipeline/", "tests/e2e/", "tests/upstream/", "tests/test_packaging.py", "tests/tooling/",
           "tests/client/", "tests/server/", "tests/test_cli_assign.py")
@@ -34,11 +34,22 @@ def _rank(nodeid: str) -> int:
 
 
 def pytest_collection_modifyitems(config, items):
-    """One xdist group per module (the pipeline's modules: one group), slowest groups first."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group("spark" if path.startswith("tests/pipeline/") else path))
-    items.sort(key=lambda item: _rank(item.nodeid))  # stable: a module keeps its own order  # librdkafka joins its threads asynchronously once a client is destroyed
+    """Slowest modules first (xdist hands out work units in this order)."""
+    items.sort(key=lambda item: _rank(item.nodeid))  # stable: a module keeps its own order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist, a module is one unit of work, and every pipeline module belongs to one unit
+    (one Spark session). A scheduler rather than xdist_group marks: pytest 9.2 keeps node ids
+    where xdist 3.8's loadgroup can no longer add the group to them."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "spark" if module.startswith("tests/pipeline/") else module
+
+    return ModuleScheduling(config, log)
 
 
 def _children() -> dict[int, str]:
@@ -80,12 +91,39 @@ def _threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.is_alive()}
 
 
+# What session-scoped fixtures started (a shared upstream broker, Spark): theirs to stop.
+_SESSION_CHILDREN: set[int] = set()
+_SESSION_THREADS: set[threading.Thread] = set()
+_SESSION_RDK = [0]  # librdkafka threads started by session fixtures, in all
+
+
+class _SessionFixtures:
+    """Records what session-scoped fixtures start. A plugin rather than a conftest hook: pytest
+    asks the session's own hooks about session fixtures, which do not include this conftest's."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.scope != "session":
+            yield
+            return
+        children, rdk, threads = set(_children()), _librdkafka_threads(), _threads()
+        yield
+        _SESSION_CHILDREN.update(set(_children()) - children)
+        _SESSION_THREADS.update(_threads() - threads)
+        _SESSION_RDK[0] += max(0, _librdkafka_threads() - rdk)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_SessionFixtures(), "cohort-session-fixtures")
+
+
 class _Snapshot:
     def __init__(self, threads: bool = True) -> None:
         """``threads``: also Python threads (a module's long-lived server starts its pools lazily,
         so those are checked once its fixtures are gone)."""
         self.children = set(_children())
         self.rdk = _librdkafka_threads()
+        self.session_rdk = _SESSION_RDK[0]
         self.threads = _threads() if threads else None
 
     def leaks(self) -> list[str]:
@@ -93,9 +131,11 @@ class _Snapshot:
         deadline = time.monotonic() + GRACE_S
         collected = False
         while True:
-            children = {pid: cmd for pid, cmd in _children().items() if pid not in self.children}
-            rdk = _librdkafka_threads() - self.rdk
-            threads = [] if self.threads is None else [t for t in _threads() - self.threads if not _ignored(t)]
+            children = {pid: cmd for pid, cmd in _children().items()
+                        if pid not in self.children and pid not in _SESSION_CHILDREN}
+            rdk = _librdkafka_threads() - self.rdk - (_SESSION_RDK[0] - self.session_rdk)
+            threads = [] if self.threads is None else [
+                t for t in _threads() - self.threads - _SESSION_THREADS if not _ignored(t)]
             if not (children or rdk > 0 or threads) or time.monotonic() > deadline:
                 break
             if not collected:

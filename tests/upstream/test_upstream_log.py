@@ -110,15 +110,20 @@ def test_a_log_handed_over_and_taken_back_reads_what_the_other_owner_wrote(upstr
     run(scenario())
 
 
+def intrude(upstream, topic: str) -> None:
+    """Another writer's record on the log's partition (its producer gone when this returns)."""
+    p = ck.Producer(client(upstream))
+    p.produce(topic, b"intruder", b"x", partition=0)
+    assert p.flush(20) == 0
+
+
 def test_a_foreign_write_makes_the_log_refuse_appends(upstream):
     topic = fresh_topic(upstream)
 
     async def scenario():
         log, _ = await opened(upstream, topic)
         await log.append_records([(b"a", b"1")])
-        p = ck.Producer(client(upstream))
-        p.produce(topic, b"intruder", b"x", partition=0)
-        assert p.flush(20) == 0
+        intrude(upstream, topic)
         with pytest.raises(UpstreamLogError, match="another writer"):
             await log.append_records([(b"b", b"2")])
         with pytest.raises(UpstreamLogError):

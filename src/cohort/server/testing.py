@@ -47,7 +47,12 @@ class ServerThread:
                 self.server = Server(self.config, plugins=self.plugins)
             await self.server.start()
 
-        self.run(boot())
+        try:
+            self.run(boot())
+        except BaseException:
+            self.server = None  # it never started: nothing to stop but the loop and its thread
+            self.stop()
+            raise
         return self
 
     @property

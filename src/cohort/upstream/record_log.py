@@ -155,6 +155,9 @@ class UpstreamRecordLog:
                 try:
                     await self._run(self._commit, records)
                 except Exception as exc:  # noqa: BLE001 - every waiting append learns of it
+                    # Without its traceback: the client thread's frames in it hold the producer,
+                    # which would outlive `close` in every future that keeps the exception.
+                    _drop_tracebacks(exc)
                     self._fail_all(exc if isinstance(exc, OSError) else UpstreamLogError(str(exc)))
                     continue
                 self.high_watermark += len(records)
@@ -322,6 +325,16 @@ class UpstreamRecordLog:
         if self._producer is not None:
             self._producer.flush(self._timeout)
             self._producer = None
+
+
+def _drop_tracebacks(exc: BaseException) -> None:
+    """Clear the tracebacks of ``exc`` and of the exceptions chained to it (a ``raise ... from
+    None`` still keeps the one it replaced as ``__context__``)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
 
 
 def _describe(err: Any) -> str:
