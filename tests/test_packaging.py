@@ -32,6 +32,29 @@ def venv(tmp_path_factory):
     return path / "bin"
 
 
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("COHORT_", "KAFKA_", "PYTHON"))}
+
+
+def _serve(cohort: str, tmp_path, env: dict, *overrides: str) -> tuple[subprocess.Popen, int | None, int | None]:
+    """`cohort serve` on free ports: the process, its Kafka port and its HTTP port (None: not seen)."""
+    args = [arg for o in overrides for arg in ("-o", o)]
+    server = subprocess.Popen([cohort, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(tmp_path / "d"),
+                               *args], stdout=subprocess.PIPE, stderr=open(tmp_path / "server.log", "wb"), env=env,
+                              cwd=tmp_path)
+    http = port = None
+    deadline = time.monotonic() + 60
+    while port is None and time.monotonic() < deadline:
+        line = server.stdout.readline().decode()
+        if not line:
+            break
+        if line.startswith("cohort: http on "):
+            http = int(line.rsplit(":", 1)[1])
+        if line.startswith("cohort: listening on "):
+            port = int(line.rsplit(":", 1)[1])
+    return server, port, http
+
+
 def test_no_extra_is_installed(venv):
     missing = subprocess.run([str(venv / "python"), "-c", "import importlib.util as u; print([m for m in "
                               "('pyspark', 'pandas', 'pytest', 'hypothesis', 'matplotlib', 'kafka') if u.find_spec(m)])"],
@@ -49,21 +72,9 @@ def test_a_plain_install_builds_the_c_extension(venv, tmp_path):
 
 def test_broker_and_tools_run_from_a_plain_install(venv, tmp_path):
     cohort = str(venv / "cohort")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COHORT_", "KAFKA_", "PYTHON"))}
-    server = subprocess.Popen([cohort, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(tmp_path / "d"),
-                               "-o", "http.listener=127.0.0.1:0"], stdout=subprocess.PIPE,
-                              stderr=open(tmp_path / "server.log", "wb"), env=env, cwd=tmp_path)
+    env = _clean_env()
+    server, port, http = _serve(cohort, tmp_path, env, "http.listener=127.0.0.1:0")
     try:
-        http = port = None
-        deadline = time.monotonic() + 60
-        while port is None and time.monotonic() < deadline:
-            line = server.stdout.readline().decode()
-            if not line:
-                break
-            if line.startswith("cohort: http on "):
-                http = int(line.rsplit(":", 1)[1])
-            if line.startswith("cohort: listening on "):
-                port = int(line.rsplit(":", 1)[1])
         assert port and http, (tmp_path / "server.log").read_text()
         bootstrap = ["--bootstrap-server", f"127.0.0.1:{port}"]
 
@@ -121,20 +132,10 @@ def test_every_subcommand_runs_against_a_broker_from_a_plain_install(venv, tmp_p
     """Each subcommand once against a live broker (ACLs on, the plain listener's user a super user,
     so acls and users run too): exit 0, or the one-line answer the case calls for; never a traceback."""
     cohort = str(venv / "cohort")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COHORT_", "KAFKA_", "PYTHON"))}
-    server = subprocess.Popen([cohort, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(tmp_path / "d"),
-                               "-o", "http.listener=", "-o", "authorizer.class.name=cohort",
-                               "-o", "super.users=User:ANONYMOUS", "-o", "transaction.max.timeout.ms=60000"],
-                              stdout=subprocess.PIPE, stderr=open(tmp_path / "server.log", "wb"), env=env, cwd=tmp_path)
+    env = _clean_env()
+    server, port, _ = _serve(cohort, tmp_path, env, "http.listener=", "authorizer.class.name=cohort",
+                             "super.users=User:ANONYMOUS", "transaction.max.timeout.ms=60000")
     try:
-        port = None
-        deadline = time.monotonic() + 60
-        while port is None and time.monotonic() < deadline:
-            line = server.stdout.readline().decode()
-            if not line:
-                break
-            if line.startswith("cohort: listening on "):
-                port = int(line.rsplit(":", 1)[1])
         assert port, (tmp_path / "server.log").read_text()
         b = ("--bootstrap-server", f"127.0.0.1:{port}")
         spec = tmp_path / "spec.json"

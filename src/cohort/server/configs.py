@@ -273,17 +273,27 @@ def describe_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
 
 async def incremental_alter_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
     body = req.body
+
+    def ops(r: Any) -> list[tuple[str, int, str | None]]:
+        if ctx.server.config_resources.get(r.resource_type) is None:
+            raise BrokerError(codes.INVALID_REQUEST, f"resource type {r.resource_type} is not supported")
+        _authorize(ctx, acls.ALTER_CONFIGS, r.resource_type, r.resource_name)
+        return [(c.name, c.config_operation, c.value) for c in r.configs]
+
+    return await _alter(ctx, req, [(r, ops) for r in body.resources])
+
+
+async def _alter(ctx: "RequestContext", req: DecodedRequest, resources: list) -> Any:
+    """Apply each resource's operations (``ops(resource)`` checks it and lists them; a
+    BrokerError from it or from the provider is that resource's answer)."""
     resp = req.codec.response_type
     result_cls = nested(resp, "responses")
     results = []
-    for r in body.resources:
-        provider = ctx.server.config_resources.get(r.resource_type)
+    for r, ops in resources:
         error, message = ErrorCode.none, None
         try:
-            if provider is None:
-                raise BrokerError(codes.INVALID_REQUEST, f"resource type {r.resource_type} is not supported")
-            _authorize(ctx, acls.ALTER_CONFIGS, r.resource_type, r.resource_name)
-            done = provider.alter(r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs], body.validate_only)
+            changes = ops(r)
+            done = ctx.server.config_resources[r.resource_type].alter(r.resource_name, changes, req.body.validate_only)
             if inspect.isawaitable(done):
                 await done
         except BrokerError as exc:
@@ -291,45 +301,32 @@ async def incremental_alter_configs(ctx: "RequestContext", req: DecodedRequest) 
         results.append(build(result_cls, error_code=error, error_message=message, resource_type=r.resource_type,
                              resource_name=r.resource_name))
     return build(resp, throttle_time=_ZERO, responses=tuple(results))
-
 
 
 async def alter_configs(ctx: "RequestContext", req: DecodedRequest) -> Any:
     """AlterConfigs (KIP-133, v0-2): each resource's configs are replaced as a whole set (those
     not named go back to their defaults), with Kafka's checks (ConfigAdminManager.preprocess)
     and then IncrementalAlterConfigs' validation."""
-    body = req.body
-    resp = req.codec.response_type
-    result_cls = nested(resp, "responses")
     seen: dict[tuple[int, str], int] = {}
-    for r in body.resources:
+    for r in req.body.resources:
         seen[(r.resource_type, r.resource_name)] = seen.get((r.resource_type, r.resource_name), 0) + 1
-    results = []
-    for r in body.resources:
-        error, message = ErrorCode.none, None
-        try:
-            if seen[(r.resource_type, r.resource_name)] > 1:
-                raise BrokerError(codes.INVALID_REQUEST, "Each resource must appear at most once.")
-            names = [c.name for c in r.configs]
-            if len(set(names)) != len(names):
-                raise BrokerError(codes.INVALID_REQUEST, "Error due to duplicate config keys")
-            nulls = [c.name for c in r.configs if c.value is None]
-            if nulls:
-                raise BrokerError(codes.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
-            provider = ctx.server.config_resources.get(r.resource_type)
-            if provider is None or r.resource_type not in (TOPIC, BROKER, GROUP):
-                raise BrokerError(codes.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
-            _authorize(ctx, acls.ALTER_CONFIGS, r.resource_type, r.resource_name)
-            ops = [(c.name, SET, c.value) for c in r.configs]
-            ops += [(key, DELETE, None) for key in sorted(_own_keys(ctx, r.resource_type, r.resource_name) - set(names))]
-            done = provider.alter(r.resource_name, ops, body.validate_only)
-            if inspect.isawaitable(done):
-                await done
-        except BrokerError as exc:
-            error, message = ErrorCode(exc.code), exc.message
-        results.append(build(result_cls, error_code=error, error_message=message, resource_type=r.resource_type,
-                             resource_name=r.resource_name))
-    return build(resp, throttle_time=_ZERO, responses=tuple(results))
+
+    def ops(r: Any) -> list[tuple[str, int, str | None]]:
+        if seen[(r.resource_type, r.resource_name)] > 1:
+            raise BrokerError(codes.INVALID_REQUEST, "Each resource must appear at most once.")
+        names = [c.name for c in r.configs]
+        if len(set(names)) != len(names):
+            raise BrokerError(codes.INVALID_REQUEST, "Error due to duplicate config keys")
+        nulls = [c.name for c in r.configs if c.value is None]
+        if nulls:
+            raise BrokerError(codes.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
+        if ctx.server.config_resources.get(r.resource_type) is None or r.resource_type not in (TOPIC, BROKER, GROUP):
+            raise BrokerError(codes.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
+        _authorize(ctx, acls.ALTER_CONFIGS, r.resource_type, r.resource_name)
+        return [(c.name, SET, c.value) for c in r.configs] + [
+            (key, DELETE, None) for key in sorted(_own_keys(ctx, r.resource_type, r.resource_name) - set(names))]
+
+    return await _alter(ctx, req, [(r, ops) for r in req.body.resources])
 
 
 def _own_keys(ctx: "RequestContext", resource_type: int, name: str) -> set[str]:
