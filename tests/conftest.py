@@ -8,8 +8,8 @@ task was destroyed while pending or failed with nobody to see it.
 A test that keeps something on purpose across tests does it in a fixture of that scope.
 
 Under pytest-xdist (`make test` runs `-n 6`), each module is one unit of work, so its
-module-scoped servers start once, and the pipeline's modules share two workers and their Spark
-sessions. Units are handed out longest first (the directories below, slowest first), so that the
+module-scoped servers start once, and the pipeline's modules share one worker and its Spark
+session. Units are handed out longest first (the directories below, slowest first), so that the
 slow end-to-end modules overlap with each other instead of trailing at the end of the run.
 """
 
@@ -29,11 +29,6 @@ _ORDER = ("tests/pipeline/", "tests/e2e/", "tests/upstream/", "tests/test_packag
           "tests/client/", "tests/server/", "tests/test_cli_assign.py")
 
 
-# The pipeline's modules that share the (long) `evaluation` run: one Spark unit of their own, so
-# the two halves of the pipeline's tests run side by side (each with its own Spark session).
-_EVALUATION_MODULES = {"tests/pipeline/test_evaluate.py", "tests/pipeline/test_no_writes_outside_out.py"}
-
-
 def _rank(nodeid: str) -> int:
     return next((i for i, prefix in enumerate(_ORDER) if nodeid.startswith(prefix)), len(_ORDER))
 
@@ -44,18 +39,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under xdist, a module is one unit of work, and the pipeline's modules form two units (one
-    Spark session each). A scheduler rather than xdist_group marks: pytest 9.2 keeps node ids
+    """Under xdist, a module is one unit of work, and every pipeline module belongs to one unit
+    (one Spark session). A scheduler rather than xdist_group marks: pytest 9.2 keeps node ids
     where xdist 3.8's loadgroup can no longer add the group to them."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            if module in _EVALUATION_MODULES:
-                return "spark-evaluation"
             return "spark" if module.startswith("tests/pipeline/") else module
 
+    # Units in collection order (slowest first, above), not xdist's default of most tests first,
+    # which left the slow end-to-end modules, with few tests each, to the end of the run.
+    config.option.loadscopereorder = False
     return ModuleScheduling(config, log)
 
 
