@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.run-stamp
 
 # Tests run side by side: most of them wait on sockets, timers and child processes, so more
 # workers than cores pays (tests/conftest.py hands modules out slowest first).
-TEST_WORKERS ?= 8
+TEST_WORKERS ?= 6
 
 # `make test` installs everything (test tools, PySpark for the pipeline); `make run` only what the
 # broker needs, unless everything is there already.
