@@ -106,6 +106,10 @@ def test_kept_lines_match_a_fresh_render_after_every_change(srv):
 
         classic_one = KafkaConsumer("mb", bootstrap_servers=srv.bootstrap, group_id="classic", client_id="k1",
                                     enable_auto_commit=False, auto_offset_reset="earliest")
+        # kafka-python's leader assigns from the metadata it holds; before its first poll that may not
+        # include mb yet ("No partition metadata for topic mb"), and it would assign nothing until its
+        # next metadata refresh, minutes later. Asking for mb's partitions loads it first.
+        wait_for(lambda: classic_one.partitions_for_topic("mb") == {0})
         wait_for(lambda: bool(classic_one.assignment()), poll=lambda: classic_one.poll(100))
         classic_one.commit()
         check("a classic member joined and committed")
