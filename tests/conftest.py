@@ -7,7 +7,7 @@ task was destroyed while pending or failed with nobody to see it.
 
 A test that keeps something on purpose across tests does it in a fixture of that scope.
 
-Under pytest-xdist (`make test` runs `-n 6`), each module is one unit of work, so its
+Under pytest-xdist (`make test TEST_WORKERS=6`), each module is one unit of work, so its
 module-scoped servers start once, and the pipeline's modules share one worker and its Spark
 session. Units are handed out longest first (the directories below, slowest first), so that the
 slow end-to-end modules overlap with each other instead of trailing at the end of the run.
