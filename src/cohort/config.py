@@ -469,9 +469,9 @@ UPSTREAM_CLIENT_PREFIX = "upstream."  # upstream.<librdkafka setting>, passed to
 
 def upstream_client_settings(config: "Config") -> dict[str, str]:
     """The upstream client's settings: ``bootstrap.servers`` and every undeclared ``upstream.<name>``."""
-    from cohort.librdkafka import RESTART_SAFE
+    from cohort.librdkafka import client_settings
 
-    out = {**RESTART_SAFE, "bootstrap.servers": config["upstream.bootstrap.servers"]}
+    out = client_settings({"bootstrap.servers": config["upstream.bootstrap.servers"]})
     for name, value in config.items():
         if name.startswith(UPSTREAM_CLIENT_PREFIX) and name not in REGISTRY:
             out[name[len(UPSTREAM_CLIENT_PREFIX):]] = value
