@@ -85,7 +85,13 @@ def test_alter_and_describe_group_config():
                shard.describe_group_config(DescribeGroupConfigRequest("g")).configs}
     assert entries == {"consumer.session.timeout.ms": ("45000", True),
                        "consumer.heartbeat.interval.ms": ("7000", False),
-                       "consumer.assignor": ("simple", True)}
+                       "consumer.assignor": ("simple", True),
+                       # a group id names one group of any type: Kafka lists every type's settings
+                       "share.session.timeout.ms": ("45000", True),
+                       "share.heartbeat.interval.ms": ("5000", True),
+                       "share.record.lock.duration.ms": ("30000", True),
+                       "share.auto.offset.reset": ("latest", True),
+                       "share.isolation.level": ("read_uncommitted", True)}
     assert run(shard, join("g", "a"), 0).response.heartbeat_interval_ms == 7000
     # removing the override returns to the broker default, with a tombstone
     result = run(shard, AlterGroupConfigRequest("g", {"consumer.heartbeat.interval.ms": None}), 0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -62,6 +63,20 @@ class CoordinatorConfig:
     lag_imbalance_ratio: float = 1.5
     lag_imbalance_evaluations: int = 2
     lag_source: str = "local"
+    # share groups (KIP-932; Kafka's `group.share.*`)
+    share_session_timeout_ms: int = 45_000
+    share_min_session_timeout_ms: int = 45_000
+    share_max_session_timeout_ms: int = 60_000
+    share_heartbeat_interval_ms: int = 5_000
+    share_min_heartbeat_interval_ms: int = 5_000
+    share_max_heartbeat_interval_ms: int = 15_000
+    share_max_size: int = 200
+    share_record_lock_duration_ms: int = 30_000
+    share_min_record_lock_duration_ms: int = 15_000
+    share_max_record_lock_duration_ms: int = 60_000
+    share_delivery_count_limit: int = 5
+    share_partition_max_record_locks: int = 2_000
+    share_max_share_sessions: int = 2_000
 
     PROPERTIES = {
         "group.consumer.session.timeout.ms": "consumer_session_timeout_ms",
@@ -80,6 +95,19 @@ class CoordinatorConfig:
         "group.lag.rebalance.interval.ms": "lag_rebalance_interval_ms",
         "group.lag.rebalance.min.interval.ms": "lag_rebalance_min_interval_ms",
         "group.lag.imbalance.evaluations": "lag_imbalance_evaluations",
+        "group.share.session.timeout.ms": "share_session_timeout_ms",
+        "group.share.min.session.timeout.ms": "share_min_session_timeout_ms",
+        "group.share.max.session.timeout.ms": "share_max_session_timeout_ms",
+        "group.share.heartbeat.interval.ms": "share_heartbeat_interval_ms",
+        "group.share.min.heartbeat.interval.ms": "share_min_heartbeat_interval_ms",
+        "group.share.max.heartbeat.interval.ms": "share_max_heartbeat_interval_ms",
+        "group.share.max.size": "share_max_size",
+        "group.share.record.lock.duration.ms": "share_record_lock_duration_ms",
+        "group.share.min.record.lock.duration.ms": "share_min_record_lock_duration_ms",
+        "group.share.max.record.lock.duration.ms": "share_max_record_lock_duration_ms",
+        "group.share.delivery.count.limit": "share_delivery_count_limit",
+        "group.share.partition.max.record.locks": "share_partition_max_record_locks",
+        "group.share.max.share.sessions": "share_max_share_sessions",
     }
 
     def __post_init__(self) -> None:
@@ -122,6 +150,34 @@ class CoordinatorConfig:
             raise ValueError("group.lag.imbalance.evaluations must be at least 1")
         if not self.lag_source.strip():
             raise ValueError("group.lag.source must be `local` or the path of a lag snapshot directory")
+        self._check_share()
+
+    def _check_share(self) -> None:
+        """Kafka's `ShareGroupConfig` rules."""
+        if not 1 <= self.share_min_session_timeout_ms <= self.share_session_timeout_ms <= self.share_max_session_timeout_ms:
+            raise ValueError("group.share.session.timeout.ms must be within "
+                             "[group.share.min.session.timeout.ms, group.share.max.session.timeout.ms]")
+        if not 1 <= self.share_min_heartbeat_interval_ms <= self.share_heartbeat_interval_ms <= self.share_max_heartbeat_interval_ms:
+            raise ValueError("group.share.heartbeat.interval.ms must be within "
+                             "[group.share.min.heartbeat.interval.ms, group.share.max.heartbeat.interval.ms]")
+        if self.share_heartbeat_interval_ms >= self.share_session_timeout_ms:
+            raise ValueError("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms")
+        if not 1 <= self.share_max_size <= 1000:
+            raise ValueError("group.share.max.size must be between 1 and 1000")
+        if not 1000 <= self.share_min_record_lock_duration_ms <= 30_000:
+            raise ValueError("group.share.min.record.lock.duration.ms must be between 1000 and 30000")
+        if not 30_000 <= self.share_max_record_lock_duration_ms <= 3_600_000:
+            raise ValueError("group.share.max.record.lock.duration.ms must be between 30000 and 3600000")
+        if not (1000 <= self.share_record_lock_duration_ms <= 3_600_000 and self.share_min_record_lock_duration_ms
+                <= self.share_record_lock_duration_ms <= self.share_max_record_lock_duration_ms):
+            raise ValueError("group.share.record.lock.duration.ms must be within "
+                             "[group.share.min.record.lock.duration.ms, group.share.max.record.lock.duration.ms]")
+        if not 2 <= self.share_delivery_count_limit <= 10:
+            raise ValueError("group.share.delivery.count.limit must be between 2 and 10")
+        if not 100 <= self.share_partition_max_record_locks <= 10_000:
+            raise ValueError("group.share.partition.max.record.locks must be between 100 and 10000")
+        if self.share_max_share_sessions < max(1, self.share_max_size):
+            raise ValueError("group.share.max.share.sessions must be at least group.share.max.size")
 
     @property
     def upgrade_allowed(self) -> bool:
@@ -158,8 +214,10 @@ class CoordinatorConfig:
 
 
 GROUP_CONFIG_KEYS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms", "consumer.assignor",
-                     "consumer.offset.reset")
+                     "consumer.offset.reset", "share.session.timeout.ms", "share.heartbeat.interval.ms",
+                     "share.record.lock.duration.ms", "share.auto.offset.reset", "share.isolation.level")
 OFFSET_RESET_POLICIES = ("latest", "earliest")
+SHARE_ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 @dataclass(frozen=True)
@@ -172,6 +230,12 @@ class GroupConfig:
     raw: Mapping[str, str] = field(default_factory=dict)
     # where a member without a committed offset starts, for lag: `latest` (lag 0) or `earliest`
     offset_reset: str | None = None
+    # share groups
+    share_session_timeout_ms: int | None = None
+    share_heartbeat_interval_ms: int | None = None
+    share_record_lock_duration_ms: int | None = None
+    share_auto_offset_reset: str = "latest"
+    share_isolation_level: str = "read_uncommitted"
 
     @classmethod
     def lenient(cls, configs: Mapping[str, str], broker: CoordinatorConfig) -> "GroupConfig":
@@ -219,7 +283,36 @@ class GroupConfig:
                 Errors.INVALID_CONFIG,
                 f"consumer.offset.reset must be one of {', '.join(OFFSET_RESET_POLICIES)}, got {reset!r}.",
             )
-        return cls(session, heartbeat, assignor, dict(configs), reset)
+        share_session = _group_int(configs, "share.session.timeout.ms",
+                                   broker.share_min_session_timeout_ms, broker.share_max_session_timeout_ms)
+        share_heartbeat = _group_int(configs, "share.heartbeat.interval.ms",
+                                     broker.share_min_heartbeat_interval_ms, broker.share_max_heartbeat_interval_ms)
+        if ((share_heartbeat if share_heartbeat is not None else broker.share_heartbeat_interval_ms)
+                >= (share_session if share_session is not None else broker.share_session_timeout_ms)):
+            raise CoordinatorError(Errors.INVALID_CONFIG,
+                                   "share.heartbeat.interval.ms must be less than share.session.timeout.ms.")
+        lock = _group_int(configs, "share.record.lock.duration.ms", max(1000, broker.share_min_record_lock_duration_ms),
+                          broker.share_max_record_lock_duration_ms)
+        share_reset = configs.get("share.auto.offset.reset", "latest")
+        share_reset_ms(share_reset)
+        isolation = configs.get("share.isolation.level", "read_uncommitted")
+        if isolation not in SHARE_ISOLATION_LEVELS:
+            raise CoordinatorError(Errors.INVALID_CONFIG, f"share.isolation.level must be one of "
+                                   f"{', '.join(SHARE_ISOLATION_LEVELS)}, got {isolation!r}.")
+        return cls(session, heartbeat, assignor, dict(configs), reset, share_session, share_heartbeat, lock,
+                   share_reset, isolation)
+
+    def share_session_timeout(self, broker: CoordinatorConfig) -> int:
+        return self.share_session_timeout_ms if self.share_session_timeout_ms is not None \
+            else broker.share_session_timeout_ms
+
+    def share_heartbeat_interval(self, broker: CoordinatorConfig) -> int:
+        return self.share_heartbeat_interval_ms if self.share_heartbeat_interval_ms is not None \
+            else broker.share_heartbeat_interval_ms
+
+    def share_record_lock_duration(self, broker: CoordinatorConfig) -> int:
+        return self.share_record_lock_duration_ms if self.share_record_lock_duration_ms is not None \
+            else broker.share_record_lock_duration_ms
 
     def session_timeout(self, broker: CoordinatorConfig) -> int:
         return self.session_timeout_ms if self.session_timeout_ms is not None else broker.consumer_session_timeout_ms
@@ -231,6 +324,26 @@ class GroupConfig:
 
     def heartbeat_interval(self, broker: CoordinatorConfig) -> int:
         return self.heartbeat_interval_ms if self.heartbeat_interval_ms is not None else broker.consumer_heartbeat_interval_ms
+
+
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:\.(\d{1,9}))?S)?)?", re.IGNORECASE)
+
+
+def share_reset_ms(value: str) -> int | None:
+    """`share.auto.offset.reset`: None for `latest` / `earliest`, else the look-back of
+    `by_duration:<ISO-8601 duration>` in ms (Java's Duration format, PnDTnHnMn.nS; not negative)."""
+    if value in OFFSET_RESET_POLICIES:
+        return None
+    prefix = "by_duration:"
+    if value.startswith(prefix):
+        text = value[len(prefix):].strip()
+        match = _DURATION.fullmatch(text)
+        if match and text.upper() not in ("P", "PT") and not text.upper().endswith("T"):
+            days, hours, minutes, seconds = (int(g or 0) for g in match.groups()[:4])
+            fraction = (match.group(5) or "").ljust(9, "0")
+            return ((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000 + int(fraction) // 1_000_000
+    raise CoordinatorError(Errors.INVALID_CONFIG, f"share.auto.offset.reset must be latest, earliest or "
+                           f"by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H), got {value!r}.")
 
 
 def _group_int(configs: Mapping[str, str], key: str, lo: int, hi: int) -> int | None:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from cohort.coordinator.classic_group import ClassicGroup
 from cohort.coordinator.config import NO_OVERRIDES, CoordinatorConfig, GroupConfig
 from cohort.coordinator.errors import IllegalStateError
+from cohort.coordinator.share_group import ShareGroup, ShareGroups
 from cohort.coordinator.records import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -41,10 +42,13 @@ from cohort.coordinator.records import (
     OffsetCommitValue,
     PendingOffset,
     Record,
+    SHARE_GROUP_KEYS,
     TxnMarker,
     TxnOffsetCommitKey,
     TxnOffsetsRestore,
 )
+
+_SHARE_KEYS = frozenset(SHARE_GROUP_KEYS)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -354,12 +358,15 @@ class ShardState:
     """Everything a shard persists: consumer groups, classic groups, committed offsets and group
     configs. A group id names at most one consumer group or classic group."""
 
-    __slots__ = ("groups", "classic_groups", "offsets", "configs", "config", "txn_offsets", "txn_groups")
+    __slots__ = ("groups", "classic_groups", "share", "share_groups", "offsets", "configs", "config", "txn_offsets",
+                 "txn_groups")
 
     def __init__(self, config: CoordinatorConfig):
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
         self.classic_groups: dict[str, ClassicGroup] = {}
+        self.share = ShareGroups()
+        self.share_groups: dict[str, ShareGroup] = self.share.groups
         self.offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         self.configs: dict[str, GroupConfig] = {}
         # Transactional offsets awaiting their producer's marker: group -> producer id ->
@@ -494,6 +501,8 @@ class ShardState:
             return self._apply_classic(gid, record, track)
         if cls is TxnOffsetCommitKey:
             return self._apply_pending(key, value, track)  # type: ignore[arg-type]
+        if cls in _SHARE_KEYS:
+            return self.share.apply(record, track)
         if cls is TxnOffsetsRestore:
             self._set_pending(gid, key.pending)  # type: ignore[attr-defined]
             for tp, old_value in key.committed.items():  # type: ignore[attr-defined]
@@ -587,6 +596,7 @@ class ShardState:
     def drop_group(self, group_id: str) -> None:
         """Undo the implicit creation of a group by a record."""
         self.groups.pop(group_id, None)
+        self.share_groups.pop(group_id, None)
 
 
 def assignment_from(partitions: Mapping[uuid.UUID, Iterable[int]] | None) -> Assignment:

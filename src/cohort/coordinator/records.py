@@ -61,6 +61,12 @@ class RecordType(enum.IntEnum):
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+    SHARE_GROUP_MEMBER_METADATA = 10
+    SHARE_GROUP_METADATA = 11
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+    SHARE_GROUP_STATE_PARTITION_METADATA = 15
     CONSUMER_GROUP_REGULAR_EXPRESSION = 16
     GROUP_CONFIGURATION = 1024
 
@@ -135,6 +141,53 @@ class ConsumerGroupRegularExpressionKey:
 class GroupConfigurationKey:
     group_id: str
     TYPE = RecordType.GROUP_CONFIGURATION
+
+
+# Share groups (KIP-932): Kafka's record types 10-15.
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupMemberMetadataKey:
+    group_id: str
+    member_id: str
+    TYPE = RecordType.SHARE_GROUP_MEMBER_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupMetadataKey:
+    group_id: str
+    TYPE = RecordType.SHARE_GROUP_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupTargetAssignmentMetadataKey:
+    group_id: str
+    TYPE = RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupTargetAssignmentMemberKey:
+    group_id: str
+    member_id: str
+    TYPE = RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupCurrentMemberAssignmentKey:
+    group_id: str
+    member_id: str
+    TYPE = RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupStatePartitionMetadataKey:
+    group_id: str
+    TYPE = RecordType.SHARE_GROUP_STATE_PARTITION_METADATA
+
+
+SHARE_GROUP_KEYS = (ShareGroupMemberMetadataKey, ShareGroupMetadataKey, ShareGroupTargetAssignmentMetadataKey,
+                    ShareGroupTargetAssignmentMemberKey, ShareGroupCurrentMemberAssignmentKey,
+                    ShareGroupStatePartitionMetadataKey)
 
 
 # ---------------------------------------------------------------- values
@@ -238,6 +291,51 @@ class ConsumerGroupRegularExpressionValue(NamedTuple):
 
 class GroupConfigurationValue(NamedTuple):
     configs: tuple[tuple[str, str], ...]
+
+
+class ShareGroupMemberMetadataValue(NamedTuple):
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+
+
+class ShareGroupMetadataValue(NamedTuple):
+    epoch: int
+    metadata_hash: int = 0
+
+
+class ShareGroupTargetAssignmentMetadataValue(NamedTuple):
+    assignment_epoch: int
+
+
+class ShareGroupTargetAssignmentMemberValue(NamedTuple):
+    partitions: Assignment
+
+
+class ShareGroupCurrentMemberAssignmentValue(NamedTuple):
+    member_epoch: int
+    previous_member_epoch: int
+    state: MemberState
+    assigned_partitions: Assignment
+
+
+class SharePartitionsInfo(NamedTuple):
+    """Partitions of one topic in a share group's state metadata (Kafka's TopicPartitionsInfo)."""
+
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+    create_timestamp: int = 0
+
+
+class ShareGroupStatePartitionMetadataValue(NamedTuple):
+    """Which share-partitions of the group have durable state: being initialized, initialized
+    (assignable), being deleted (topic id -> name)."""
+
+    initializing: tuple[SharePartitionsInfo, ...] = ()
+    initialized: tuple[SharePartitionsInfo, ...] = ()
+    deleting: tuple[tuple[uuid.UUID, str], ...] = ()
 
 
 class Record(NamedTuple):
@@ -552,7 +650,8 @@ def encode_key(key: object) -> bytes:
         _str16(out, key.group_id)
         _str16(out, key.regex)
     elif isinstance(key, (ConsumerGroupMemberMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
-                          ConsumerGroupCurrentMemberAssignmentKey)):
+                          ConsumerGroupCurrentMemberAssignmentKey, ShareGroupMemberMetadataKey,
+                          ShareGroupTargetAssignmentMemberKey, ShareGroupCurrentMemberAssignmentKey)):
         _str16(out, key.group_id)
         _str16(out, key.member_id)
     else:
@@ -565,11 +664,17 @@ _GROUP_KEYS: dict[int, type] = {
     RecordType.CONSUMER_GROUP_METADATA: ConsumerGroupMetadataKey,
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: ConsumerGroupTargetAssignmentMetadataKey,
     RecordType.GROUP_CONFIGURATION: GroupConfigurationKey,
+    RecordType.SHARE_GROUP_METADATA: ShareGroupMetadataKey,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: ShareGroupTargetAssignmentMetadataKey,
+    RecordType.SHARE_GROUP_STATE_PARTITION_METADATA: ShareGroupStatePartitionMetadataKey,
 }
 _MEMBER_KEYS: dict[int, type] = {
     RecordType.CONSUMER_GROUP_MEMBER_METADATA: ConsumerGroupMemberMetadataKey,
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: ConsumerGroupTargetAssignmentMemberKey,
     RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: ConsumerGroupCurrentMemberAssignmentKey,
+    RecordType.SHARE_GROUP_MEMBER_METADATA: ShareGroupMemberMetadataKey,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: ShareGroupTargetAssignmentMemberKey,
+    RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: ShareGroupCurrentMemberAssignmentKey,
 }
 
 
@@ -736,6 +841,10 @@ def encode_value(value: object | None) -> bytes | None:
             _cstr(out, val)
             out.append(0)
         out.append(0)
+    elif type(value) in _SHARE_ENCODERS:
+        out += b"\x00\x00"
+        _SHARE_ENCODERS[type(value)](out, value)
+        out.append(0)
     else:
         raise TypeError(f"not a coordinator record value: {value!r}")
     return bytes(out)
@@ -886,7 +995,126 @@ def _group_configuration(r: _Reader) -> GroupConfigurationValue:
     return GroupConfigurationValue(tuple(configs))
 
 
+# ---------------------------------------------------------------- share group values (flexible v0)
+
+
+def _encode_share_member(out: bytearray, v: ShareGroupMemberMetadataValue) -> None:
+    _cstr(out, v.rack_id)
+    _cstr(out, v.client_id)
+    _cstr(out, v.client_host)
+    _uvarint(out, len(v.subscribed_topic_names) + 1)
+    for name in v.subscribed_topic_names:
+        _cstr(out, name)
+
+
+def _encode_share_partitions_info(out: bytearray, infos: tuple[SharePartitionsInfo, ...]) -> None:
+    _uvarint(out, len(infos) + 1)
+    for info in infos:
+        out += info.topic_id.bytes
+        _cstr(out, info.topic_name)
+        _uvarint(out, len(info.partitions) + 1)
+        for p in info.partitions:
+            out += _I32.pack(p)
+        out += _I64.pack(info.create_timestamp)
+        out.append(0)
+
+
+def _encode_share_state_partitions(out: bytearray, v: ShareGroupStatePartitionMetadataValue) -> None:
+    _encode_share_partitions_info(out, v.initializing)
+    _encode_share_partitions_info(out, v.initialized)
+    _uvarint(out, len(v.deleting) + 1)
+    for topic_id, name in v.deleting:
+        out += topic_id.bytes
+        _cstr(out, name)
+        out.append(0)
+
+
+def _encode_share_current(out: bytearray, v: ShareGroupCurrentMemberAssignmentValue) -> None:
+    out += _I32.pack(v.member_epoch)
+    out += _I32.pack(v.previous_member_epoch)
+    out += _I8.pack(int(v.state))
+    _topic_partitions(out, v.assigned_partitions)
+
+
+_SHARE_ENCODERS: dict[type, object] = {
+    ShareGroupMemberMetadataValue: _encode_share_member,
+    ShareGroupMetadataValue: lambda out, v: out.extend(_I32.pack(v.epoch) + _I64.pack(v.metadata_hash)),
+    ShareGroupTargetAssignmentMetadataValue: lambda out, v: out.extend(_I32.pack(v.assignment_epoch)),
+    ShareGroupTargetAssignmentMemberValue: lambda out, v: _topic_partitions(out, v.partitions),
+    ShareGroupCurrentMemberAssignmentValue: _encode_share_current,
+    ShareGroupStatePartitionMetadataValue: _encode_share_state_partitions,
+}
+
+
+def _share_member(r: _Reader) -> ShareGroupMemberMetadataValue:
+    _flexible_version(r, RecordType.SHARE_GROUP_MEMBER_METADATA)
+    rack_id, client_id, client_host = r.cstr(), r.cstr_required(), r.cstr_required()
+    names = tuple([r.cstr_required() for _ in range(r.count())])
+    r.tagged()
+    return ShareGroupMemberMetadataValue(rack_id, client_id, client_host, names)
+
+
+def _share_group(r: _Reader) -> ShareGroupMetadataValue:
+    _flexible_version(r, RecordType.SHARE_GROUP_METADATA)
+    epoch = r.i32()
+    metadata_hash = r.i64() if len(r.buf) - r.pos > 1 else 0  # Kafka 4.0 wrote the epoch alone
+    r.tagged()
+    return ShareGroupMetadataValue(epoch, metadata_hash)
+
+
+def _share_target_metadata(r: _Reader) -> ShareGroupTargetAssignmentMetadataValue:
+    _flexible_version(r, RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA)
+    value = ShareGroupTargetAssignmentMetadataValue(r.i32())
+    r.tagged()
+    return value
+
+
+def _share_target_member(r: _Reader) -> ShareGroupTargetAssignmentMemberValue:
+    _flexible_version(r, RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER)
+    value = ShareGroupTargetAssignmentMemberValue(r.topic_partitions())
+    r.tagged()
+    return value
+
+
+def _share_current(r: _Reader) -> ShareGroupCurrentMemberAssignmentValue:
+    _flexible_version(r, RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT)
+    epoch, prev = r.i32(), r.i32()
+    state = _STATES.get(r.i8(), MemberState.UNKNOWN)
+    value = ShareGroupCurrentMemberAssignmentValue(epoch, prev, state, r.topic_partitions())
+    r.tagged()
+    return value
+
+
+def _share_partitions_info(r: _Reader) -> tuple[SharePartitionsInfo, ...]:
+    infos = []
+    for _ in range(r.count()):
+        topic_id, name = r.uuid(), r.cstr_required()
+        n = r.count()
+        parts = _ints(n).unpack_from(r.buf, r.pos)
+        r.pos += 4 * n
+        infos.append(SharePartitionsInfo(topic_id, name, tuple(sorted(parts)), r.i64()))
+        r.tagged()
+    return tuple(infos)
+
+
+def _share_state_partitions(r: _Reader) -> ShareGroupStatePartitionMetadataValue:
+    _flexible_version(r, RecordType.SHARE_GROUP_STATE_PARTITION_METADATA)
+    initializing, initialized = _share_partitions_info(r), _share_partitions_info(r)
+    deleting = []
+    for _ in range(r.count()):
+        deleting.append((r.uuid(), r.cstr_required()))
+        r.tagged()
+    r.tagged()
+    return ShareGroupStatePartitionMetadataValue(initializing, initialized, tuple(deleting))
+
+
 _VALUE_DECODERS = {
+    int(RecordType.SHARE_GROUP_MEMBER_METADATA): _share_member,
+    int(RecordType.SHARE_GROUP_METADATA): _share_group,
+    int(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA): _share_target_metadata,
+    int(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER): _share_target_member,
+    int(RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT): _share_current,
+    int(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA): _share_state_partitions,
     int(RecordType.OFFSET_COMMIT_LEGACY): _offset_commit,
     int(RecordType.OFFSET_COMMIT): _offset_commit,
     int(RecordType.GROUP_METADATA): _classic_group_metadata,

@@ -60,7 +60,7 @@ from collections.abc import Callable, Mapping
 
 from cohort.assignors import registry
 from cohort.assignors.api import Assignor
-from cohort.coordinator import classic, client_assignment, consumer, lag_balance, migration
+from cohort.coordinator import classic, client_assignment, consumer, lag_balance, migration, share
 from cohort.coordinator import offsets as offset_ops
 from cohort.coordinator.classic_group import ClassicGroupState
 from cohort.coordinator.config import GROUP_CONFIG_KEYS, CoordinatorConfig, GroupConfig
@@ -117,6 +117,13 @@ from cohort.coordinator.requests import (
     TxnOffsetCommitRequest,
 )
 from cohort.coordinator import target
+from cohort.coordinator.share_requests import (
+    DescribedShareGroup,
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
 from cohort.coordinator.target import LagProvider, assignor_name
 from cohort.coordinator.timers import Timers
 
@@ -238,6 +245,8 @@ class GroupCoordinatorShard:
         for group in self.state.groups.values():
             if group.regex_counts or not changed.isdisjoint(group.subscribed_topic_names()):
                 group.refresh_metadata = True
+        for share_group in self.state.share_groups.values():
+            share_group.refresh_metadata = True  # also forgets the state of deleted topics
 
     def update_log_offsets(self, offsets: LogOffsets) -> None:
         """Install the partitions' log start / end offsets ({topic id: TopicOffsets}); kept as is."""
@@ -375,6 +384,7 @@ class GroupCoordinatorShard:
                 self.timers.schedule(classic.heartbeat_key(classic_group.group_id, classic_member.member_id),
                                      now + classic_member.session_timeout_ms,
                                      ("classic-heartbeat", classic_group.group_id, classic_member.member_id))
+        share.on_loaded(self.context, now)
         self.timers.schedule(OFFSETS_EXPIRATION_KEY, now + self.config.offsets_retention_check_interval_ms,
                              ("offsets",))
         self.lag_balance.clear()
@@ -400,6 +410,9 @@ class GroupCoordinatorShard:
         if kind == client_assignment.TIMER_KIND:
             client_assignment.on_timeout(self.context, payload)
             return
+        if kind == share.TIMER_KIND:
+            share.on_session_timeout(self.context, payload)
+            return
         if kind == "offsets":
             offset_ops.expire_offsets(self.context, now)
             self.timers.schedule(OFFSETS_EXPIRATION_KEY, now + self.config.offsets_retention_check_interval_ms,
@@ -418,6 +431,7 @@ class GroupCoordinatorShard:
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int) -> ConsumerGroupHeartbeatResponse:
         ctx = self.context
         consumer.validate_heartbeat(ctx, req)
+        self._not_share(req.group_id, "consumer")
         if req.member_epoch == 0 and req.group_id not in self.state.groups:
             classic_group = self.state.classic_groups.get(req.group_id)
             if classic_group is not None:  # a consumer member where a classic group lives
@@ -427,6 +441,14 @@ class GroupCoordinatorShard:
             return consumer.heartbeat(ctx, req, now)
         finally:
             ctx.topic_filter = None
+
+    def _not_share(self, group_id: str, kind: str) -> None:
+        """A group id held by a share group is not found by the other types' APIs (Kafka)."""
+        if group_id in self.state.share_groups:
+            raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a {kind} group.")
+
+    def _share_heartbeat(self, req: ShareGroupHeartbeatRequest, now: int) -> ShareGroupHeartbeatResponse:
+        return share.heartbeat(self.context, req, now)
 
     def assignor_name(self, group: ConsumerGroup) -> str:
         """The members' most common choice, else the group's `consumer.assignor`, else the broker default."""
@@ -448,6 +470,14 @@ class GroupCoordinatorShard:
     def _delete_groups(self, req: DeleteGroupsRequest, now: int) -> DeleteGroupsResponse:
         results = []
         for gid in req.group_ids:
+            share_group = self.state.share_groups.get(gid)
+            if share_group is not None:  # Kafka tries each id as a share group first
+                if share_group.members:
+                    results.append(DeletedGroup(gid, Errors.NON_EMPTY_GROUP, f"Group {gid} is not empty."))
+                else:
+                    share.delete_group(self.context, share_group)
+                    results.append(DeletedGroup(gid))
+                continue
             classic_group = self.state.classic_groups.get(gid)
             if classic_group is not None:
                 if not classic_group.is_in(ClassicGroupState.EMPTY):
@@ -494,9 +524,11 @@ class GroupCoordinatorShard:
         return AlterGroupConfigResponse(gid)
 
     def _commit_offsets(self, req: OffsetCommitRequest, now: int):
+        self._not_share(req.group_id, "consumer")
         return offset_ops.commit_offsets(self.context, req, now)
 
     def _txn_offset_commit(self, req: TxnOffsetCommitRequest, now: int):
+        self._not_share(req.group_id, "consumer")
         response = offset_ops.commit_transactional_offsets(self.context, req, now)
         self._transaction = records_of_transaction(self._batch or [])
         return response
@@ -516,9 +548,13 @@ class GroupCoordinatorShard:
         return TxnMarkerResponse()
 
     def _delete_offsets(self, req: OffsetDeleteRequest, now: int):
+        self._not_share(req.group_id, "consumer")
         return offset_ops.delete_offsets(self.context, req)
 
     def _join_group(self, req: JoinGroupRequest, now: int):
+        if req.group_id in self.state.share_groups:  # Kafka: a share group's id is not for classic members
+            raise CoordinatorError(Errors.INCONSISTENT_GROUP_PROTOCOL,
+                                   f"Group {req.group_id} is a share group: a classic member cannot join it.")
         consumer = self.state.groups.get(req.group_id)
         if consumer is not None and consumer.members and not blank(req.group_id):
             classic.validate_session_timeout(self.context, req)
@@ -551,6 +587,7 @@ class GroupCoordinatorShard:
 
     _WRITE_HANDLERS: dict[type, Callable] = {
         ConsumerGroupHeartbeatRequest: _heartbeat,
+        ShareGroupHeartbeatRequest: _share_heartbeat,
         PrepareAssignmentRequest: _prepare_assignment,
         InstallAssignmentRequest: _install_assignment,
         JoinGroupRequest: _join_group,
@@ -575,6 +612,9 @@ class GroupCoordinatorShard:
         group = self.state.groups.get(group_id)
         if group is not None:
             view.groups[group_id] = group.copy()
+        share_group = self.state.share_groups.get(group_id)
+        if share_group is not None:
+            view.share_groups[group_id] = share_group.copy()
         if group_id in self.state.offsets:
             view.offsets[group_id] = dict(self.state.offsets[group_id])
         if group_id in self.state.configs:
@@ -600,10 +640,31 @@ class GroupCoordinatorShard:
             return self.describe_group_config(request)
         if isinstance(request, DescribeGroupsRequest):
             return self.describe_classic_groups(request)
+        if isinstance(request, ShareGroupDescribeRequest):
+            return self.describe_share_groups(request)
         raise TypeError(f"not a coordinator read request: {type(request).__name__}")
 
     def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        if req.group_id in self.state.share_groups:
+            return OffsetFetchResponse(req.group_id, (), Errors.GROUP_ID_NOT_FOUND,
+                                       f"Group {req.group_id} is not a consumer group.")
         return offset_ops.fetch_offsets(self.context, req)
+
+    def describe_share_groups(self, req: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
+        described = []
+        for gid in req.group_ids:
+            if blank(gid):
+                described.append(DescribedShareGroup(gid, Errors.INVALID_GROUP_ID, "Group id can't be empty."))
+                continue
+            group = self.committed_state(gid).share_groups.get(gid)
+            if group is None:
+                other = gid in self.state.groups or gid in self.state.classic_groups or gid in self.state.offsets
+                described.append(DescribedShareGroup(
+                    gid, Errors.GROUP_ID_NOT_FOUND,
+                    f"Group {gid} is not a share group." if other else f"Group {gid} not found."))
+                continue
+            described.append(share.describe(self.context, group))
+        return ShareGroupDescribeResponse(tuple(described))
 
     def describe_groups(self, req: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
         described = []
@@ -615,7 +676,7 @@ class GroupCoordinatorShard:
             if group is None:
                 message = (f"Group {gid} is not a consumer group." if (gid in self.state.offsets
                            and not self._pending_groups.get(gid)) or gid in self.state.classic_groups
-                           else f"Group {gid} not found.")
+                           or gid in self.state.share_groups else f"Group {gid} not found.")
                 described.append(DescribedGroup(gid, Errors.GROUP_ID_NOT_FOUND, message))
                 continue
             described.append(consumer.describe(self.context, group))
@@ -633,11 +694,14 @@ class GroupCoordinatorShard:
         listed = []
         classic_groups = self.state.classic_groups
         for gid in sorted(self.state.groups.keys() | self.state.offsets.keys() | self._pending_groups.keys()
-                          | classic_groups.keys()):
+                          | classic_groups.keys() | self.state.share_groups.keys()):
             view = self.committed_state(gid)
             group = view.groups.get(gid)
             classic_group = classic_groups.get(gid)
-            if classic_group is not None and (classic_group.members or classic_group.persisted is not None
+            share_group = view.share_groups.get(gid)
+            if share_group is not None:
+                entry = ListedGroup(gid, "share", share_group.state, "share")
+            elif classic_group is not None and (classic_group.members or classic_group.persisted is not None
                                               or group is None):
                 entry = ListedGroup(gid, classic_group.protocol_type or "", classic_group.state.value, "classic")
             elif group is not None:
@@ -660,6 +724,11 @@ class GroupCoordinatorShard:
             "consumer.heartbeat.interval.ms": str(self.config.consumer_heartbeat_interval_ms),
             "consumer.assignor": self.config.consumer_assignors[0],
             "consumer.offset.reset": "latest",
+            "share.session.timeout.ms": str(self.config.share_session_timeout_ms),
+            "share.heartbeat.interval.ms": str(self.config.share_heartbeat_interval_ms),
+            "share.record.lock.duration.ms": str(self.config.share_record_lock_duration_ms),
+            "share.auto.offset.reset": "latest",
+            "share.isolation.level": "read_uncommitted",
         }
         lag_enabled = lag_balance.LAG_ASSIGNOR in self.config.consumer_assignors
         entries = []
@@ -682,6 +751,8 @@ class GroupCoordinatorShard:
 def _error_response(request: object, err: CoordinatorError) -> object:
     if isinstance(request, ConsumerGroupHeartbeatRequest):
         return ConsumerGroupHeartbeatResponse(error_code=err.code, error_message=err.message)
+    if isinstance(request, ShareGroupHeartbeatRequest):
+        return ShareGroupHeartbeatResponse(error_code=err.code, error_message=err.message)
     if isinstance(request, PrepareAssignmentRequest):
         return PrepareAssignmentResponse(error_code=err.code, error_message=err.message)
     if isinstance(request, InstallAssignmentRequest):

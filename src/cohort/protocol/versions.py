@@ -64,6 +64,8 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     66: ("ListTransactions", 0, 1),
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),
+    76: ("ShareGroupHeartbeat", 1, 1),
+    77: ("ShareGroupDescribe", 1, 1),
     # cohort's own, for client-side assignors (see cohort.protocol.extensions)
     extensions.PREPARE_ASSIGNMENT_KEY: ("ConsumerGroupPrepareAssignment", 0, 0),
     extensions.INSTALL_ASSIGNMENT_KEY: ("ConsumerGroupInstallAssignment", 0, 0),

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from cohort.coordinator import requests as rq
+from cohort.coordinator import share_requests as srq
 from cohort.coordinator.records import ClientAssignorMetadata
 from cohort.protocol.entities import build, nested
 from cohort.protocol.entities import error_code as err
@@ -420,3 +421,55 @@ def offset_delete_response(resp: type, r: rq.OffsetDeleteResponse) -> Any:
     topics = tuple(topic_cls(name=t.name, partitions=tuple(part_cls(partition_index=p.partition, error_code=err(p.error_code))
                                                           for p in t.partitions)) for t in r.topics)
     return build(resp, error_code=err(r.error_code), throttle_time=ZERO, topics=topics)
+
+
+# --- ShareGroupHeartbeat / ShareGroupDescribe (KIP-932) --------------------------------------
+
+
+def share_heartbeat_request(body: Any, client_id: str, client_host: str) -> srq.ShareGroupHeartbeatRequest:
+    names = body.subscribed_topic_names
+    return srq.ShareGroupHeartbeatRequest(body.group_id, body.member_id, body.member_epoch, body.rack_id,
+                                          None if names is None else tuple(names), client_id, client_host)
+
+
+def share_heartbeat_response(resp: type, r: srq.ShareGroupHeartbeatResponse) -> Any:
+    assignment = None
+    if r.assignment is not None:
+        assignment_cls = nested(resp, "assignment")
+        topic_cls = nested(assignment_cls, "topic_partitions")
+        assignment = assignment_cls(topic_partitions=tuple(
+            topic_cls(topic_id=t, partitions=tuple(r.assignment[t])) for t in sorted(r.assignment)))
+    return resp(throttle_time=ZERO, error_code=err(r.error_code), error_message=r.error_message,
+                member_id=r.member_id, member_epoch=r.member_epoch,
+                heartbeat_interval=datetime.timedelta(milliseconds=r.heartbeat_interval_ms), assignment=assignment)
+
+
+def share_heartbeat_error(resp: type, code: int, message: str | None) -> Any:
+    return share_heartbeat_response(resp, srq.ShareGroupHeartbeatResponse(code, message))
+
+
+def share_group_describe_response(resp: type, r: srq.ShareGroupDescribeResponse, with_ops: Any) -> Any:
+    group_cls = nested(resp, "groups")
+    member_cls = nested(group_cls, "members")
+    assignment_cls = nested(member_cls, "assignment")
+    tp_cls = nested(assignment_cls, "topic_partitions")
+    groups = []
+    for g in r.groups:
+        members = tuple(member_cls(
+            member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
+            client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
+            assignment=assignment_cls(topic_partitions=tuple(
+                tp_cls(topic_id=p.topic_id, topic_name=p.topic_name, partitions=tuple(p.partitions))
+                for p in m.assignment)))
+            for m in g.members)
+        ops = group_ops(with_ops, g.group_id) if with_ops and g.error_code == 0 else UNKNOWN_OPS
+        groups.append(group_cls(error_code=err(g.error_code), error_message=g.error_message, group_id=g.group_id,
+                                group_state=g.group_state, group_epoch=g.group_epoch,
+                                assignment_epoch=g.assignment_epoch, assignor_name=g.assignor_name,
+                                members=members, authorized_operations=ops))
+    return resp(throttle_time=ZERO, groups=tuple(groups))
+
+
+def share_group_describe_error(resp: type, group_ids: tuple[str, ...], code: int, message: str) -> Any:
+    r = srq.ShareGroupDescribeResponse(tuple(srq.DescribedShareGroup(g, code, message) for g in group_ids))
+    return share_group_describe_response(resp, r, False)

@@ -47,6 +47,7 @@ from cohort.coordinator import (
     partition_for,
 )
 from cohort.coordinator import requests as rq
+from cohort.coordinator import share_requests as srq
 from cohort.coordinator.config import INT_MAX
 from cohort.coordinator.errors import Errors
 from cohort.coordinator.lag import TopicOffsets
@@ -121,12 +122,51 @@ declare("group.coordinator.offload.min.members", int, 2000, "A heartbeat that ma
         "for a group of at least this many members runs on the worker thread, so the event loop keeps "
         "serving other connections meanwhile (cohort only).", minimum=1, group=_G)
 
+_S = "share groups"
+declare("group.share.session.timeout.ms", int, 45_000, "Session timeout of share-group members: a member that sends "
+        "no ShareGroupHeartbeat for this long is removed from its group. Groups may override it "
+        "(`share.session.timeout.ms`) within the min/max bounds.", minimum=1, group=_S)
+declare("group.share.min.session.timeout.ms", int, 45_000, "Smallest session timeout a share group may configure.",
+        minimum=1, group=_S)
+declare("group.share.max.session.timeout.ms", int, 60_000, "Largest session timeout a share group may configure.",
+        minimum=1, group=_S)
+declare("group.share.heartbeat.interval.ms", int, 5_000, "Heartbeat interval given to share-group members (below "
+        "the session timeout). Groups may override it (`share.heartbeat.interval.ms`).", minimum=1, group=_S)
+declare("group.share.min.heartbeat.interval.ms", int, 5_000, "Smallest heartbeat interval a share group may "
+        "configure.", minimum=1, group=_S)
+declare("group.share.max.heartbeat.interval.ms", int, 15_000, "Largest heartbeat interval a share group may "
+        "configure.", minimum=1, group=_S)
+declare("group.share.max.size", int, 200, "Most members a share group may have (GROUP_MAX_SIZE_REACHED beyond).",
+        minimum=1, maximum=1000, group=_S)
+declare("group.share.record.lock.duration.ms", int, 30_000, "How long a share consumer holds the records it "
+        "acquired before they become available to others again. Groups may override it "
+        "(`share.record.lock.duration.ms`).", minimum=1000, maximum=3_600_000, group=_S)
+declare("group.share.min.record.lock.duration.ms", int, 15_000, "Smallest record lock duration a share group may "
+        "configure.", minimum=1000, maximum=30_000, group=_S)
+declare("group.share.max.record.lock.duration.ms", int, 60_000, "Largest record lock duration a share group may "
+        "configure.", minimum=30_000, maximum=3_600_000, group=_S)
+declare("group.share.delivery.count.limit", int, 5, "How many times a record may be delivered to a share group "
+        "before it is archived.", minimum=2, maximum=10, group=_S)
+declare("group.share.partition.max.record.locks", int, 2_000, "Most records in flight (between a share-partition's "
+        "start and end offsets) per share-partition.", minimum=100, maximum=10_000, group=_S)
+declare("group.share.max.share.sessions", int, 2_000, "Most share sessions this broker keeps "
+        "(SHARE_SESSION_LIMIT_REACHED beyond); at least group.share.max.size.", minimum=1, group=_S)
+
 GROUP_CONFIG_DOCS = {
     "consumer.session.timeout.ms": "The group's session timeout (overrides group.consumer.session.timeout.ms).",
     "consumer.heartbeat.interval.ms": "The group's heartbeat interval (overrides group.consumer.heartbeat.interval.ms).",
     "consumer.assignor": "The group's default server assignor when members name none (cohort only).",
     "consumer.offset.reset": "Where a partition without a committed offset starts, for the `lag` assignor's lag: "
                              "`latest` (lag 0) or `earliest` (the whole log) (cohort only).",
+    "share.session.timeout.ms": "The share group's session timeout (overrides group.share.session.timeout.ms).",
+    "share.heartbeat.interval.ms": "The share group's heartbeat interval (overrides "
+                                   "group.share.heartbeat.interval.ms).",
+    "share.record.lock.duration.ms": "How long a member of the share group holds acquired records (overrides "
+                                     "group.share.record.lock.duration.ms).",
+    "share.auto.offset.reset": "Where a share group starts on a partition it has no state for: `latest`, "
+                               "`earliest` or `by_duration:<ISO-8601 duration>`.",
+    "share.isolation.level": "`read_uncommitted` or `read_committed`: whether share consumers see records of "
+                             "open and aborted transactions.",
 }
 
 
@@ -187,6 +227,8 @@ def install(server: "Server") -> None:
     reg = server.apis.register
     reg(68, coordinator.consumer_group_heartbeat, min_version=0, max_version=1)
     reg(69, coordinator.consumer_group_describe, min_version=0, max_version=1)
+    reg(76, coordinator.share_group_heartbeat, min_version=1, max_version=1)
+    reg(77, coordinator.share_group_describe, min_version=1, max_version=1)
     reg(PREPARE_ASSIGNMENT_KEY, coordinator.prepare_assignment, min_version=0, max_version=0)
     reg(INSTALL_ASSIGNMENT_KEY, coordinator.install_assignment, min_version=0, max_version=0)
     reg(8, coordinator.offset_commit, min_version=2, max_version=10)
@@ -628,6 +670,61 @@ class GroupCoordinator:
         request = wire.heartbeat_request(req.body, req.version, req.client_id or "", wire.client_host(ctx.peer),
                                          topic_filter)
         return runtime.write(ctx, request, encoder, lambda code, msg: wire.heartbeat_error(resp_type, code, msg))
+
+    # --- ShareGroupHeartbeat (76), ShareGroupDescribe (77): KIP-932 ------------------------------
+
+    def share_group_heartbeat(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        body, resp = req.body, req.codec.response_type
+
+        def fail(code: int, message: str | None) -> Any:
+            return wire.share_heartbeat_error(resp, code, message)
+
+        # Kafka's order: READ on the group, the member id, DESCRIBE on every subscribed topic,
+        # then the coordinator.
+        if not ctx.authorize(acls.READ, acls.GROUP, body.group_id):
+            return fail(Errors.GROUP_AUTHORIZATION_FAILED, None)
+        if not body.member_id or len(body.member_id) > 36:
+            return fail(Errors.INVALID_REQUEST, "Invalid member id in the request.")
+        if any(not ctx.authorize(acls.DESCRIBE, acls.TOPIC, t) for t in body.subscribed_topic_names or ()):
+            return fail(Errors.TOPIC_AUTHORIZATION_FAILED, None)
+        runtime = self.runtime_for(body.group_id)
+        if not runtime.loaded:
+            return fail(*runtime.unserved)
+        request = wire.share_heartbeat_request(body, req.client_id or "", wire.client_host(ctx.peer))
+        return runtime.write(ctx, request, lambda r: wire.share_heartbeat_response(resp, r), fail)
+
+    def share_group_describe(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+        body, resp = req.body, req.codec.response_type
+        ids = tuple(body.group_ids)
+        if not any(self.serving(g) for g in ids) and ids:
+            return wire.share_group_describe_error(resp, ids, *self.unserved(ids[0]))
+        allowed = tuple(g for g in ids if ctx.authorize(acls.DESCRIBE, acls.GROUP, g))
+
+        def describe() -> Any:
+            found: dict[str, Any] = {}
+            for runtime, group_ids in self.by_runtime(allowed).items():
+                if not runtime.loaded:
+                    found.update((g, srq.DescribedShareGroup(g, *runtime.unserved)) for g in group_ids)
+                    continue
+                answer = runtime.shard.describe_share_groups(srq.ShareGroupDescribeRequest(tuple(group_ids)))
+                found.update((g.group_id, g) for g in answer.groups)
+            groups = []
+            for g in ids:
+                described = found.get(g) or srq.DescribedShareGroup(g, Errors.GROUP_AUTHORIZATION_FAILED)
+                # Kafka: a group with a member subscribed to a topic the principal may not describe
+                if described.error_code == 0 and ctx.server.authorizer is not None and any(
+                        not ctx.authorize(acls.DESCRIBE, acls.TOPIC, t)
+                        for m in described.members for t in m.subscribed_topic_names):
+                    described = srq.DescribedShareGroup(g, Errors.TOPIC_AUTHORIZATION_FAILED,
+                                                        "The group has described topic(s) that the client is not "
+                                                        "authorized to describe.")
+                groups.append(described)
+            with_ops: Any = body.include_authorized_operations
+            if with_ops and ctx.server.authorizer is not None:
+                with_ops = lambda group: ctx.authorized_operations(acls.GROUP, group, GROUP_OPS)  # noqa: E731
+            return wire.share_group_describe_response(resp, srq.ShareGroupDescribeResponse(tuple(groups)), with_ops)
+
+        return self.read(ctx, allowed, describe)
 
     # --- ConsumerGroupPrepareAssignment / InstallAssignment (cohort's 1000 / 1001) -------------
 
