@@ -183,6 +183,12 @@ def test_every_subcommand_runs_against_a_broker_from_a_plain_install(venv, tmp_p
         none = run("transactions", "abort", *b, "--topic", "p", "--partition", "0", "--start-offset", "5", code=1)
         assert none.stderr == "cohort transactions abort: error: no open transaction starts at offset 5 of p-0\n"
         run("transactions", "find-hanging", *b)
+        # a share group that does not exist yet may be given its start (KAFKA-19662)
+        run("share-groups", "reset-offsets", *b, "--group", "sq", "--topic", "p", "--to-earliest", "--execute")
+        assert run("share-groups", "list", *b).stdout.split() == ["GROUP", "sq"]
+        assert run("share-groups", "describe", *b, "--group", "sq").stdout.splitlines()[1].split()[:4] == ["sq", "p", "0", "0"]
+        run("share-groups", "delete-offsets", *b, "--group", "sq", "--topic", "p")
+        run("share-groups", "delete", *b, "--group", "sq")
         run("topics", "delete", *b, "--topic", "p")
         for job in ("simulate", "evaluate", "lag"):
             refused = run("pipeline", job, "--help")  # the parser works without pyspark ...

@@ -200,6 +200,10 @@ declare("offsets.topic.num.partitions", int, 1, "Shards of the group coordinator
 declare("transaction.state.log.num.partitions", int, 1, "Shards of the transaction coordinator: partitions "
         "of `__transaction_state`; a transactional id lives in the one Kafka's hash of it picks. Read when the "
         "topic is created.", minimum=1, maximum=1000, group="transactions")
+declare("share.coordinator.state.topic.num.partitions", int, 1, "Shards of the share coordinator: partitions "
+        "of `__share_group_state`, where the state of share groups' partitions is kept; a share-partition lives in "
+        "the one Kafka's hash of `group:topic id:partition` picks. Read when the topic is created.", minimum=1,
+        maximum=1000, group="share groups")
 declare("upstream.bootstrap.servers", str, "", "An existing Kafka-compatible cluster (host:port,...) that keeps "
         "the group coordinator's records in a compacted topic of its own, instead of the local `__consumer_offsets` "
         "log: each shard is a partition of `upstream.groups.topic`, written through a transactional producer per "

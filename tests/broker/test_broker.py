@@ -7,7 +7,7 @@ import os
 import pytest
 
 from cohort.broker import OFFSETS_TOPIC, Broker, BrokerError
-from cohort.broker.coordinator_log import TRANSACTION_STATE_TOPIC
+from cohort.broker.coordinator_log import SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from cohort.broker import broker as codes
 from cohort.config import Config
 from cohort.protocol.records import build_batch, decode_batch, iter_batches
@@ -59,7 +59,7 @@ def test_create_topic_errors(tmp_path):
     with pytest.raises(BrokerError) as exc:
         b.create_topic("b", 1, replication_factor=3)
     assert exc.value.code == codes.INVALID_REPLICATION_FACTOR
-    assert set(b.topics) == {"a", OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC}
+    assert set(b.topics) == {"a", OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC}
     # Like Kafka, a name starting with "__" is a user's topic unless it is an internal one
     # (Debezium's __debezium-heartbeat.<server>, cohort's own __cohort_groups on an upstream).
     assert not b.create_topic("__mine").internal

@@ -173,9 +173,9 @@ def test_partition_limits(tmp_path):
         b.create_topic("a", 10)
         b.create_topic("b", 10)
         with pytest.raises(BrokerError, match=r"max.broker.partitions \(25\)") as exc:
-            b.create_topic("c", 4)  # 2 (__consumer_offsets, __transaction_state) + 20 + 4 > 25
+            b.create_topic("c", 3)  # 3 internal (offsets, transactions, share state) + 20 + 3 > 25
         assert exc.value.code == codes.POLICY_VIOLATION
-        b.create_topic("c", 3)
+        b.create_topic("c", 2)
     finally:
         b.close()
 

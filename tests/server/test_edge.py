@@ -193,10 +193,10 @@ def test_topic_creation_limits(tmp_path):
             assert r.topics[0].error_code == ErrorCode.invalid_partitions
             assert "max.partitions.per.topic (100)" in r.topics[0].error_message
             assert c.request(19, 7, create_topics(7, ("a", 100))).topics[0].error_code == ErrorCode.none
-            r = c.request(19, 7, create_topics(7, ("b", 60)))  # 2 (__consumer_offsets, __transaction_state) + 100 + 60 > 150
+            r = c.request(19, 7, create_topics(7, ("b", 60)))  # 3 internal (offsets, transactions, share state) + 100 + 60 > 150
             assert r.topics[0].error_code == ErrorCode.policy_violation
             assert "max.broker.partitions (150)" in r.topics[0].error_message
-            r = c.request(19, 7, create_topics(7, ("b", 48), validate_only=True))
+            r = c.request(19, 7, create_topics(7, ("b", 47), validate_only=True))
             assert r.topics[0].error_code == ErrorCode.none
             names = {t.name for t in c.request(3, 12, metadata(12)).topics}
             assert "a" in names and "too-wide" not in names and "b" not in names

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from cohort.broker.coordinator_log import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, CoordinatorLog
+from cohort.broker.coordinator_log import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_STATE_TOPIC, CoordinatorLog
 from cohort.broker.topics import (
     TOPIC_CONFIG_BROKER_DEFAULTS,
     BrokerState,
@@ -178,7 +178,17 @@ class Broker:
                                   fsync_seconds=fsync_seconds)
             tlog.add_listener(lambda p=p: self._notify_append(TRANSACTION_STATE_TOPIC, p))
             self.transaction_logs.append(tlog)
-        self._coordinator_logs = {OFFSETS_TOPIC: self.coordinator_logs, TRANSACTION_STATE_TOPIC: self.transaction_logs}
+        wanted = config["share.coordinator.state.topic.num.partitions"]
+        if SHARE_STATE_TOPIC not in self.state.topics:  # compacted: cohort writes whole snapshots (cohort.share.state)
+            self.create_topic(SHARE_STATE_TOPIC, wanted, {"cleanup.policy": "compact"}, internal=True)
+        self.share_state_logs: list[CoordinatorLog] = []
+        for p in range(self.state.topics[SHARE_STATE_TOPIC].partitions):
+            slog = CoordinatorLog(self.logs[(SHARE_STATE_TOPIC, p)], append_seconds=append_seconds,
+                                  fsync_seconds=fsync_seconds)
+            slog.add_listener(lambda p=p: self._notify_append(SHARE_STATE_TOPIC, p))
+            self.share_state_logs.append(slog)
+        self._coordinator_logs = {OFFSETS_TOPIC: self.coordinator_logs, TRANSACTION_STATE_TOPIC: self.transaction_logs,
+                                  SHARE_STATE_TOPIC: self.share_state_logs}
         # KIP-890 verification of a producer's first transactional batch on a partition:
         # (transactional id, producer id, epoch, (topic, partition)) -> error code; set by the
         # transaction coordinator's host (none: transactional batches are refused).

@@ -31,6 +31,7 @@ from cohort.stats import Histogram
 OFFSETS_TOPIC = "__consumer_offsets"
 _BATCH_RECORDS = 2000  # plain records written behind go out in batches of at most this many
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+SHARE_STATE_TOPIC = "__share_group_state"
 
 
 _MEMBER_METADATA = b"\x00\x05"  # record type 5: ConsumerGroupMemberMetadata

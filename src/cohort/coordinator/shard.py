@@ -118,6 +118,8 @@ from cohort.coordinator.requests import (
 )
 from cohort.coordinator import target
 from cohort.coordinator.share_requests import (
+    AlterSharePartitions,
+    AlterSharePartitionsResponse,
     DescribedShareGroup,
     ShareGroupDescribeRequest,
     ShareGroupDescribeResponse,
@@ -450,6 +452,9 @@ class GroupCoordinatorShard:
     def _share_heartbeat(self, req: ShareGroupHeartbeatRequest, now: int) -> ShareGroupHeartbeatResponse:
         return share.heartbeat(self.context, req, now)
 
+    def _alter_share_partitions(self, req: AlterSharePartitions, now: int) -> AlterSharePartitionsResponse:
+        return share.alter_partitions(self.context, req, now)
+
     def assignor_name(self, group: ConsumerGroup) -> str:
         """The members' most common choice, else the group's `consumer.assignor`, else the broker default."""
         return assignor_name(self.context, group)
@@ -588,6 +593,7 @@ class GroupCoordinatorShard:
     _WRITE_HANDLERS: dict[type, Callable] = {
         ConsumerGroupHeartbeatRequest: _heartbeat,
         ShareGroupHeartbeatRequest: _share_heartbeat,
+        AlterSharePartitions: _alter_share_partitions,
         PrepareAssignmentRequest: _prepare_assignment,
         InstallAssignmentRequest: _install_assignment,
         JoinGroupRequest: _join_group,
@@ -753,6 +759,8 @@ def _error_response(request: object, err: CoordinatorError) -> object:
         return ConsumerGroupHeartbeatResponse(error_code=err.code, error_message=err.message)
     if isinstance(request, ShareGroupHeartbeatRequest):
         return ShareGroupHeartbeatResponse(error_code=err.code, error_message=err.message)
+    if isinstance(request, AlterSharePartitions):
+        return AlterSharePartitionsResponse(err.code, err.message)
     if isinstance(request, PrepareAssignmentRequest):
         return PrepareAssignmentResponse(error_code=err.code, error_message=err.message)
     if isinstance(request, InstallAssignmentRequest):

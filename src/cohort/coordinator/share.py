@@ -43,6 +43,8 @@ from cohort.coordinator.records import (
 from cohort.coordinator.requests import DescribedTopicPartitions
 from cohort.coordinator.share_group import ShareGroup, ShareGroupMember, assignment_of
 from cohort.coordinator.share_requests import (
+    AlterSharePartitions,
+    AlterSharePartitionsResponse,
     DescribedShareGroup,
     DescribedShareMember,
     ShareGroupHeartbeatRequest,
@@ -283,6 +285,42 @@ def on_loaded(ctx: GroupContext, now: int) -> None:
         group.refresh_metadata = True
         for member_id in group.members:
             schedule_session(ctx, group.group_id, member_id, now)
+
+
+# ================================================================== offsets: alter, delete
+
+def alter_partitions(ctx: GroupContext, req: AlterSharePartitions, now: int) -> AlterSharePartitionsResponse:
+    """The group coordinator's half of AlterShareGroupOffsets / DeleteShareGroupOffsets: the group
+    must have no members; an alter creates a missing group (Kafka: KAFKA-19662) and marks the
+    partitions initialized, a delete forgets the topics."""
+    gid = req.group_id
+    if not gid or not gid.strip():
+        raise CoordinatorError(Errors.INVALID_GROUP_ID, "Group id can't be empty.")
+    if not_a_share_group(ctx, gid):
+        raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+    group = ctx.state.share_groups.get(gid)
+    if group is None and not req.initialize:
+        raise CoordinatorError(Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+    if group is not None and group.members:
+        raise CoordinatorError(Errors.NON_EMPTY_GROUP, f"The group {gid} has active members; its offsets can "
+                               "only be changed while it is empty.")
+    if group is None:
+        ctx.append(ShareGroupMetadataKey(gid), ShareGroupMetadataValue(0, 0))
+        group = ctx.state.share_groups[gid]
+    initialized = dict(group.initialized)
+    for topic_id, (name, partitions) in (req.initialize or {}).items():
+        info = initialized.get(topic_id)
+        have = set(() if info is None else info.partitions)
+        initialized[topic_id] = SharePartitionsInfo(topic_id, name, tuple(sorted(have | set(partitions))),
+                                                    now if info is None else info.create_timestamp)
+    for topic_id in req.forget:
+        initialized.pop(topic_id, None)
+    if initialized != group.initialized:
+        copy = group.copy()
+        copy.initialized = initialized
+        copy.initializing = {t: i for t, i in group.initializing.items() if t not in req.forget}
+        ctx.append(ShareGroupStatePartitionMetadataKey(gid), copy.state_metadata_value())
+    return AlterSharePartitionsResponse()
 
 
 # ================================================================== groups: describe, list, delete

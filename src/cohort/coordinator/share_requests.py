@@ -68,3 +68,20 @@ class DescribedShareGroup:
 @dataclass(frozen=True, slots=True)
 class ShareGroupDescribeResponse:
     groups: tuple[DescribedShareGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterSharePartitions:
+    """AlterShareGroupOffsets / DeleteShareGroupOffsets at the group coordinator: the group (of
+    no members; created by an alter if missing) gets these share-partitions initialized
+    (`initialize`: topic id -> (name, partitions)) or forgets these topics (`forget`)."""
+
+    group_id: str
+    initialize: Mapping[uuid.UUID, tuple[str, tuple[int, ...]]] = None  # type: ignore[assignment]
+    forget: tuple[uuid.UUID, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlterSharePartitionsResponse:
+    error_code: int = 0
+    error_message: str | None = None

@@ -66,6 +66,11 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     69: ("ConsumerGroupDescribe", 0, 1),
     76: ("ShareGroupHeartbeat", 1, 1),
     77: ("ShareGroupDescribe", 1, 1),
+    78: ("ShareFetch", 1, 2),
+    79: ("ShareAcknowledge", 1, 2),
+    90: ("DescribeShareGroupOffsets", 0, 1),
+    91: ("AlterShareGroupOffsets", 0, 0),
+    92: ("DeleteShareGroupOffsets", 0, 0),
     # cohort's own, for client-side assignors (see cohort.protocol.extensions)
     extensions.PREPARE_ASSIGNMENT_KEY: ("ConsumerGroupPrepareAssignment", 0, 0),
     extensions.INSTALL_ASSIGNMENT_KEY: ("ConsumerGroupInstallAssignment", 0, 0),

@@ -317,6 +317,8 @@ class GroupCoordinator:
         self._image: tuple[int, MetadataImage] | None = None  # (broker topic version, image) last built
         self._hb = {}  # version -> HeartbeatEncoder
         self.names = wire.TopicNames(self.topic_source.topic_by_id, self.topic_source.topics.get)
+        # Called with the ids of groups DeleteGroups deleted, before it answers (share state).
+        self.deleted_hooks: list[Callable[[list[str]], Any]] = []
 
     def _new_shard(self) -> GroupCoordinatorShard:
         if self.snapshots is None:
@@ -816,7 +818,7 @@ class GroupCoordinator:
         if not allowed:
             return answer(None)
         parts = self.by_runtime(allowed)
-        if len(parts) == 1:
+        if len(parts) == 1 and not self.deleted_hooks:
             return next(iter(parts)).write(ctx, rq.DeleteGroupsRequest(allowed), answer, fail)
 
         async def each_shard() -> Any:  # Kafka: one write per shard, the results joined
@@ -828,6 +830,9 @@ class GroupCoordinator:
                     joined.extend(rq.DeletedGroup(g, r.code, r.message) for g in ids)
                 else:
                     joined.extend(r.results)
+            deleted = [d.group_id for d in joined if d.error_code == 0]
+            for hook in self.deleted_hooks:  # what other rooms keep of a group goes with it
+                await hook(deleted)
             return answer(rq.DeleteGroupsResponse(tuple(joined)))
 
         return self.order.later(ctx, each_shard())

@@ -55,11 +55,25 @@ def install(server: "Host") -> None:
 # --- ApiVersions ------------------------------------------------------------------------------
 
 
+# Kafka's feature flags cohort serves: name -> (lowest supported, highest supported, finalized level).
+# share.version 1: share groups (KIP-932) are on, as on a cluster formatted by Kafka 4.2.
+FEATURES = {"share.version": (0, 1, 1)}
+
+
 def api_versions(ctx: "RequestContext", req: DecodedRequest) -> Any:
     resp = req.codec.response_type
     entry = nested(resp, "api_keys")
     keys = tuple(entry(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in ctx.server.apis.advertised().items())
-    return build(resp, error_code=E.none, api_keys=keys, throttle_time=ZERO)
+    if req.version < 3:
+        return build(resp, error_code=E.none, api_keys=keys, throttle_time=ZERO)
+    supported, finalized = nested(resp, "supported_features"), nested(resp, "finalized_features")
+    return build(resp, error_code=E.none, api_keys=keys, throttle_time=ZERO,
+                 supported_features=tuple(supported(name=n, min_version=lo, max_version=hi)
+                                          for n, (lo, hi, _) in FEATURES.items()),
+                 finalized_features_epoch=0,
+                 finalized_features=tuple(finalized(name=n, max_version_level=level, min_version_level=level)
+                                          for n, (_, _, level) in FEATURES.items()),
+                 zk_migration_ready=False)
 
 
 # --- Metadata ---------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ _NO_LIFETIME = datetime.timedelta(0)  # SaslAuthenticate session lifetime: no re
 # Modules that register more APIs: each must define ``install(server)``.
 SHUTDOWN_GRACE_S = 0.05  # time for answers written by the shutdown hooks to leave
 # upstream first (it may replace where topics are known); transactions use the group coordinator
-PLUGINS = ("cohort.server.upstream", "cohort.server.groups", "cohort.server.transactions")
+PLUGINS = ("cohort.server.upstream", "cohort.server.groups", "cohort.server.transactions", "cohort.server.share")
 
 
 class Server:

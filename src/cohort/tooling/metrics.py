@@ -53,6 +53,39 @@ class BrokerCollector:
         coordinator = getattr(server, "group_coordinator", None)
         if coordinator is not None:
             yield from self._coordinator(coordinator)
+        share = getattr(server, "share_partitions", None)
+        if share is not None and share.loaded:
+            yield from self._share(share)
+
+    @staticmethod
+    def _share(share: Any):
+        """Share groups (KIP-932): groups by state, acknowledgements, lock timeouts, sessions and
+        each share-partition's records in flight."""
+        groups = GaugeMetricFamily("cohort_share_groups", "Share groups by state.", labels=["state"])
+        for state, n in sorted(share.group_states().items()):
+            groups.add_metric([state], n)
+        acks = CounterMetricFamily("cohort_share_acknowledgements", "Records acknowledged by share consumers, by "
+                                   "type (accept, release, reject, renew, gap).", labels=["type"])
+        for kind, n in sorted(share.acknowledgements.items()):
+            acks.add_metric([kind], n)
+        timeouts = CounterMetricFamily("cohort_share_lock_timeouts", "Acquired records whose lock ran out before "
+                                       "they were acknowledged.")
+        timeouts.add_metric([], share.lock_timeouts)
+        sessions = GaugeMetricFamily("cohort_share_sessions", "Share sessions open on this broker.")
+        sessions.add_metric([], len(share.sessions))
+        labels = ["group", "topic", "partition"]
+        in_flight = GaugeMetricFamily("cohort_share_records_in_flight", "Records between a share-partition's start "
+                                      "and end offsets.", labels=labels)
+        acquired = GaugeMetricFamily("cohort_share_records_acquired", "Records of a share-partition acquired by "
+                                     "a consumer now.", labels=labels)
+        lag = GaugeMetricFamily("cohort_share_lag", "Records of a share-partition not yet delivered for good "
+                                "(end offset - start offset - records finished above the start).", labels=labels)
+        for group, topic, partition, start, end, n_acquired, _, n_lag in share.partition_views():
+            key = [group, topic, str(partition)]
+            in_flight.add_metric(key, end - start)
+            acquired.add_metric(key, n_acquired)
+            lag.add_metric(key, n_lag)
+        yield from (groups, acks, timeouts, sessions, in_flight, acquired, lag)
 
     @staticmethod
     def _requests(stats: Any):

@@ -21,6 +21,8 @@ from cohort.protocol.versions import request_schema
 from cohort.tooling.client import ToolError, UsageError
 
 METADATA, FIND_COORDINATOR, LIST_GROUPS, WRITE_TXN_MARKERS, OFFSET_DELETE = 3, 10, 16, 27, 47
+LIST_OFFSETS, DELETE_GROUPS = 2, 42
+SHARE_GROUP_DESCRIBE, DESCRIBE_SHARE_OFFSETS, ALTER_SHARE_OFFSETS, DELETE_SHARE_OFFSETS = 77, 90, 91, 92
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 T = TypeVar("T")
@@ -73,7 +75,106 @@ def run(conf: Mapping[str, Any], timeout: float, fn: Callable[["WireAdmin"], Awa
     return asyncio.run(main())
 
 
-class WireAdmin:
+class ShareAdmin:
+    """The share-group admin requests (kafka-share-groups.sh), mixed into WireAdmin."""
+
+    async def share_groups(self) -> dict[str, str]:
+        """ListGroups with the `share` type filter on every broker: group id -> state."""
+        await self.metadata(())  # type: ignore[attr-defined]
+        out = {}
+        for node_id in sorted(self.brokers):  # type: ignore[attr-defined]
+            conn = await self.node(node_id)  # type: ignore[attr-defined]
+            resp = await conn.request(LIST_GROUPS, conn.pick(LIST_GROUPS, 5), states_filter=(), types_filter=("share",))
+            if resp.error_code:
+                raise KafkaError(resp.error_code, f"broker {node_id}")
+            out.update((g.group_id, g.group_state or "Unknown") for g in resp.groups)
+        return out
+
+    async def _group_request(self, group: str, api_key: int, version: int, **fields: Any) -> tuple[int, Any]:
+        """A request to the group's coordinator, retried while it moves or loads."""
+        deadline = asyncio.get_running_loop().time() + self.timeout  # type: ignore[attr-defined]
+        while True:
+            node_id, conn = await self.coordinator(group, GROUP_KEY)  # type: ignore[attr-defined]
+            resp = await conn.request(api_key, conn.pick(api_key, version), **fields)
+            code = getattr(resp, "error_code", 0)
+            if api_key in (SHARE_GROUP_DESCRIBE, DESCRIBE_SHARE_OFFSETS):
+                code = resp.groups[0].error_code
+            if int(code) in _RETRIABLE and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+                continue
+            return node_id, resp
+
+    async def describe_share_group(self, group: str) -> tuple[int, Any]:
+        """ShareGroupDescribe: (coordinator id, the described group); KafkaError for its error."""
+        node_id, resp = await self._group_request(group, SHARE_GROUP_DESCRIBE, 1, group_ids=(group,),
+                                                  include_authorized_operations=False)
+        g = resp.groups[0]
+        if g.error_code:
+            raise KafkaError(g.error_code, g.error_message or f"group {group}")
+        return node_id, g
+
+    async def share_offsets(self, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """DescribeShareGroupOffsets of every initialized share-partition: (start offset, lag)."""
+        schema = request_schema(DESCRIBE_SHARE_OFFSETS, 1)
+        _, resp = await self._group_request(group, DESCRIBE_SHARE_OFFSETS, 1, groups=(
+            build(nested(schema, "groups"), group_id=group, topics=None),))
+        g = resp.groups[0]
+        if g.error_code:
+            raise KafkaError(g.error_code, g.error_message or f"group {group}")
+        return {(t.topic_name, p.partition_index): (p.start_offset, getattr(p, "lag", -1))
+                for t in g.topics for p in t.partitions if not p.error_code}
+
+    async def alter_share_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        schema = request_schema(ALTER_SHARE_OFFSETS, 0)
+        topic_cls = nested(schema, "topics")
+        by_topic: dict[str, list] = {}
+        for (t, p), o in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append(build(nested(topic_cls, "partitions"), partition_index=p, start_offset=o))
+        _, resp = await self._group_request(group, ALTER_SHARE_OFFSETS, 0, group_id=group, topics=tuple(
+            build(topic_cls, topic_name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        if resp.error_code:
+            raise KafkaError(resp.error_code, resp.error_message or f"group {group}")
+        return {(t.topic_name, p.partition_index): int(p.error_code) for t in resp.responses for p in t.partitions}
+
+    async def delete_share_offsets(self, group: str, topics: list[str]) -> dict[str, int]:
+        schema = request_schema(DELETE_SHARE_OFFSETS, 0)
+        _, resp = await self._group_request(group, DELETE_SHARE_OFFSETS, 0, group_id=group, topics=tuple(
+            build(nested(schema, "topics"), topic_name=t) for t in topics))
+        if resp.error_code:
+            raise KafkaError(resp.error_code, resp.error_message or f"group {group}")
+        return {t.topic_name: int(t.error_code) for t in resp.responses}
+
+    async def delete_group(self, group: str) -> int:
+        _, resp = await self._group_request(group, DELETE_GROUPS, 2, groups_names=(group,))
+        return int(resp.results[0].error_code)
+
+    async def list_offsets(self, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
+        """ListOffsets at the leaders: -2 earliest, -1 latest, else the first offset at or after."""
+        resp = await self.metadata((topic,))  # type: ignore[attr-defined]
+        (t,) = resp.topics
+        if t.error_code:
+            raise KafkaError(t.error_code, f"topic {topic}")
+        leaders: dict[int, list[int]] = {}
+        for p in t.partitions:
+            if p.partition_index in partitions:
+                leaders.setdefault(p.leader_id, []).append(p.partition_index)
+        schema = request_schema(LIST_OFFSETS, 7)
+        topic_cls = nested(schema, "topics")
+        out = {}
+        for leader, ps in leaders.items():
+            conn = await self.node(leader)  # type: ignore[attr-defined]
+            answer = await conn.request(LIST_OFFSETS, conn.pick(LIST_OFFSETS, 7, 5), replica_id=-1, isolation_level=0,
+                                        topics=(build(topic_cls, name=topic, partitions=tuple(
+                                            build(nested(topic_cls, "partitions"), partition_index=p,
+                                                  current_leader_epoch=-1, timestamp=timestamp) for p in ps)),))
+            for part in answer.topics[0].partitions:
+                if part.error_code:
+                    raise KafkaError(part.error_code, f"{topic}-{part.partition_index}")
+                out[part.partition_index] = part.offset
+        return out
+
+
+class WireAdmin(ShareAdmin):
     def __init__(self, conf: Mapping[str, Any], timeout: float) -> None:
         try:
             self.security = Security.from_config(conf)

@@ -1,0 +1,405 @@
+"""One share-partition on the partition leader (Kafka's `SharePartition`): the in-flight records
+of a (group, topic, partition) between its start offset (SPSO) and its end.
+
+Every offset of the window `[start, end)` has a state (AVAILABLE, ACQUIRED, ACKNOWLEDGED,
+ARCHIVED), a delivery count, and while ACQUIRED its owner (a member id) and lock deadline. The
+window is kept as parallel arrays indexed by `offset - start`, so a range of records is checked
+or changed with one slice operation. Everything below `start` has finished delivery; the start
+moves past every terminal (ACKNOWLEDGED / ARCHIVED) record at the head of the window.
+
+An acknowledgement is two steps, because Kafka answers it only once its state is durable:
+`acknowledge` validates it and marks its records as in transition (another acknowledgement of
+them, or their lock timeout, cannot touch them meanwhile) and returns a `Transition` carrying
+the state batches to persist; `complete` applies it once durable, `abort` forgets it if the
+write failed. Releases (session close) and lock timeouts apply at once and return the batches
+to persist: losing them in a crash only makes records available again, which at-least-once
+delivery allows.
+
+Sans-IO: time comes in as `now` (ms), the log's batches as (base offset, last offset) pairs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+INVALID_REQUEST, INVALID_RECORD_STATE = 42, 121
+
+_TERMINAL = (ACKNOWLEDGED, ARCHIVED)
+_IDLE, _TO_AVAILABLE, _TO_TERMINAL = 0, 1, 2  # the `pending` marks of records in transition
+
+
+class AckError(Exception):
+    """An acknowledgement the partition refuses (the whole partition's batch list fails)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class StateBatch(NamedTuple):
+    """A range of offsets in one persisted state (Kafka's PersisterStateBatch)."""
+
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+
+class AcquiredRange(NamedTuple):
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+@dataclass(slots=True)
+class Transition:
+    """An acknowledgement whose state is being made durable."""
+
+    member_id: str
+    changes: list[tuple[int, int, int]]  # (offset, new state, pending mark) per record
+    batches: list[StateBatch]  # what the records become, for the durable write
+    start_offset: int  # the start once this (and the transitions before it) are applied
+
+
+class SharePartition:
+    """See the module docstring."""
+
+    __slots__ = ("start", "state", "count", "owner", "deadline", "pending", "delivery_limit", "max_in_flight",
+                 "_locks")
+
+    def __init__(self, start_offset: int, *, delivery_limit: int = 5, max_in_flight: int = 2000,
+                 batches: Iterable[StateBatch] = ()) -> None:
+        self.start = start_offset
+        self.state = bytearray()
+        self.count = bytearray()  # delivery counts (the limit is at most 10)
+        self.owner: list[str | None] = []
+        self.deadline: list[int] = []
+        self.pending = bytearray()
+        self.delivery_limit = delivery_limit
+        self.max_in_flight = max_in_flight
+        self._locks: list[tuple[int, int, int, str]] = []  # heap of (deadline, first, last, member)
+        for b in sorted(batches):
+            if b.last_offset < self.start:
+                continue
+            first = max(b.first_offset, self.start)
+            if first > self.end:  # a hole: never acknowledged (a crash after acquiring): delivered anew
+                self._append(first - self.end, AVAILABLE, 0, None, 0)
+            if first < self.end:  # overlapping batches: the later one wins
+                del self.state[first - self.start:], self.count[first - self.start:]
+                del self.owner[first - self.start:], self.deadline[first - self.start:]
+                del self.pending[first - self.start:]
+            state = b.delivery_state if b.delivery_state in (AVAILABLE, ACKNOWLEDGED, ARCHIVED) else AVAILABLE
+            self._append(b.last_offset - first + 1, state, min(b.delivery_count, 255), None, 0)
+        self._advance()
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def end(self) -> int:
+        """One past the last offset in flight (SPEO + 1)."""
+        return self.start + len(self.state)
+
+    def next_fetch_offset(self) -> int:
+        """The first AVAILABLE offset of the window, else its end."""
+        i = self.state.find(AVAILABLE)
+        return self.end if i < 0 else self.start + i
+
+    def can_acquire(self) -> bool:
+        """Records could be acquired: some in the window are available, or the window has room."""
+        return AVAILABLE in self.state or len(self.state) < self.max_in_flight
+
+    def delivery_complete_count(self) -> int:
+        """Terminal records at or above the start (Kafka's DeliveryCompleteCount, for lag)."""
+        return self.state.count(ACKNOWLEDGED) + self.state.count(ARCHIVED)
+
+    def acquired_count(self) -> int:
+        return self.state.count(ACQUIRED)
+
+    def next_lock_deadline(self) -> int | None:
+        return self._locks[0][0] if self._locks else None
+
+    def state_batches(self) -> list[StateBatch]:
+        """The whole window as state batches (acquired records persist as AVAILABLE)."""
+        return self._batches(self.start, self.end)
+
+    # ------------------------------------------------------------------ acquisition
+
+    def acquire(self, member_id: str, log_batches: Iterable[tuple[int, int]], now: int, lock_ms: int,
+                max_records: int, aborted: Sequence[tuple[int, int]] = (), strict: bool = False) -> list[AcquiredRange]:
+        """Acquire for `member_id` the AVAILABLE records of the log batches read from
+        `next_fetch_offset()`, and new records past the end while the window has room. With
+        `strict` (ShareFetch v2's record_limit mode) exactly `max_records` at most; else whole
+        batches (`max_records` is soft: the batch that reaches it is taken whole, Kafka's
+        batch_optimized mode). Records of `aborted` transactions (read_committed) are archived
+        instead. Returns the acquired ranges, consecutive offsets of one count merged."""
+        acquired: list[AcquiredRange] = []
+        deadline = now + lock_ms
+        total = 0
+        for base, last in log_batches:
+            if total >= max_records:
+                break
+            if last < self.start:
+                continue
+            lo = max(base, self.start)
+            end = self.end
+            if lo < end:  # records already in the window: the available ones again
+                hi = min(last, end - 1)
+                total += self._reacquire(member_id, lo, hi, deadline, aborted, acquired,
+                                         max_records - total if strict else None)
+                lo = hi + 1
+                if strict and total >= max_records:
+                    break
+            if lo > last:
+                continue
+            if lo > self.end:  # offsets the log no longer has (compaction): never deliverable
+                self._append(lo - self.end, ARCHIVED, 0, None, 0)
+            room = self.max_in_flight - len(self.state)
+            if strict:
+                room = min(room, max_records - total)
+            hi = min(last, lo + room - 1)
+            if hi < lo:
+                break
+            for first, stop, archived in _split(lo, hi, aborted):
+                if archived:
+                    self._append(stop - first + 1, ARCHIVED, 0, None, 0)
+                    continue
+                self._append(stop - first + 1, ACQUIRED, 1, member_id, deadline)
+                _add(acquired, first, stop, 1)
+                total += stop - first + 1
+            if hi < last:
+                break  # the window is full
+        for r in acquired:
+            heapq.heappush(self._locks, (deadline, r.first_offset, r.last_offset, member_id))
+        if aborted:
+            self._advance()
+        return acquired
+
+    def _reacquire(self, member_id: str, lo: int, hi: int, deadline: int, aborted: Sequence[tuple[int, int]],
+                   acquired: list[AcquiredRange], limit: int | None) -> int:
+        state, count, start = self.state, self.count, self.start
+        n = 0
+        i = state.find(AVAILABLE, lo - start, hi - start + 1)
+        while i >= 0 and (limit is None or n < limit):
+            offset = start + i
+            if aborted and any(a <= offset <= b for a, b in aborted):
+                state[i] = ARCHIVED
+            else:
+                state[i] = ACQUIRED
+                count[i] = min(count[i] + 1, 255)
+                self.owner[i] = member_id
+                self.deadline[i] = deadline
+                _add(acquired, offset, offset, count[i])
+                n += 1
+            i = state.find(AVAILABLE, i + 1, hi - start + 1)
+        return n
+
+    # ------------------------------------------------------------------ acknowledgement
+
+    def acknowledge(self, member_id: str, batches: Iterable[tuple[int, int, Sequence[int]]], now: int = 0,
+                    lock_ms: int = 0) -> Transition:
+        """Validate acknowledgement batches (first, last, ack types: one for the range or one per
+        offset) of `member_id` and mark their records in transition. Raises AckError (nothing
+        changed) when any record is not ACQUIRED by this member or is already in transition.
+        RENEW (4) restarts the record's lock at once and persists nothing."""
+        state, start, end = self.state, self.start, self.end
+        plan: list[tuple[int, int]] = []  # (offset, ack type)
+        seen: set[int] = set()
+        for first, last, types in batches:
+            if last < start:
+                continue  # below the start: already finished, skipped as Kafka does
+            if first >= end:
+                raise AckError(INVALID_RECORD_STATE, f"Batch record not found. The request batch offsets "
+                               f"{first}-{last} are not in the share-partition's records in flight.")
+            if last >= end:
+                raise AckError(INVALID_REQUEST, f"The acknowledged offsets {first}-{last} extend past the "
+                               f"records in flight (up to {end - 1}).")
+            lo = max(first, start)
+            i, j = lo - start, last - start + 1
+            n = j - i
+            if state[i:j].count(ACQUIRED) != n or self.owner[i:j].count(member_id) != n or self.pending[i:j].count(0) != n:
+                raise AckError(INVALID_RECORD_STATE, f"The records {lo}-{last} are not acquired by member "
+                               f"{member_id} (or an acknowledgement of them is in progress).")
+            for offset in range(lo, last + 1):
+                if offset in seen:
+                    raise AckError(INVALID_RECORD_STATE, f"Offset {offset} is acknowledged twice.")
+                seen.add(offset)
+                plan.append((offset, types[0] if len(types) == 1 else types[offset - first]))
+        changes: list[tuple[int, int, int]] = []
+        renew = now + lock_ms
+        for offset, ack in plan:
+            i = offset - start
+            if ack == RENEW:
+                self.deadline[i] = renew
+                heapq.heappush(self._locks, (renew, offset, offset, member_id))
+                continue
+            if ack == ACCEPT:
+                new = ACKNOWLEDGED
+            elif ack == RELEASE and self.count[i] < self.delivery_limit:
+                new = AVAILABLE
+            else:  # REJECT, GAP, or a release of a record out of deliveries
+                new = ARCHIVED
+            mark = _TO_AVAILABLE if new == AVAILABLE else _TO_TERMINAL
+            self.pending[i] = mark
+            changes.append((offset, new, mark))
+        batches_out: list[StateBatch] = []
+        for offset, new, _ in changes:
+            _add_state(batches_out, offset, new, self.count[offset - start])
+        return Transition(member_id, changes, batches_out, self._projected_start())
+
+    def complete(self, transition: Transition) -> None:
+        """The transition's state is durable: apply it and move the start."""
+        start = self.start
+        for offset, new, _ in transition.changes:
+            i = offset - start
+            if i < 0 or i >= len(self.state) or self.state[i] != ACQUIRED:
+                continue
+            self.state[i] = new
+            self.owner[i] = None
+            self.pending[i] = _IDLE
+        self._advance()
+
+    def abort(self, transition: Transition) -> None:
+        """The transition's durable write failed: its records stay ACQUIRED by their member."""
+        start = self.start
+        for offset, _, _ in transition.changes:
+            i = offset - start
+            if 0 <= i < len(self.pending):
+                self.pending[i] = _IDLE
+
+    # ------------------------------------------------------------------ release, lock timeout
+
+    def release(self, member_id: str) -> list[StateBatch]:
+        """A member's share session ended: its acquired records (not in transition) become
+        AVAILABLE again, or ARCHIVED once out of deliveries; delivery counts do not change
+        (Kafka 4.2, KAFKA-19972). Returns the batches to persist."""
+        changed: list[StateBatch] = []
+        owner = self.owner
+        i = _index(owner, member_id, 0)
+        while i >= 0:
+            if self.state[i] == ACQUIRED and not self.pending[i]:
+                self._return(i, changed)
+            i = _index(owner, member_id, i + 1)
+        self._advance()
+        return changed
+
+    def expire_locks(self, now: int) -> list[StateBatch]:
+        """Records whose lock ran out become AVAILABLE (or ARCHIVED at the delivery limit)."""
+        changed: list[StateBatch] = []
+        locks = self._locks
+        while locks and locks[0][0] <= now:
+            deadline, first, last, member = heapq.heappop(locks)
+            lo, hi = max(first, self.start), min(last, self.end - 1)
+            for offset in range(lo, hi + 1):
+                i = offset - self.start
+                if (self.state[i] == ACQUIRED and self.owner[i] == member and self.deadline[i] == deadline
+                        and not self.pending[i]):
+                    self._return(i, changed)
+        if changed:
+            self._advance()
+        return changed
+
+    def move_start(self, log_start: int) -> bool:
+        """The log's start moved past the share-partition's (DeleteRecords, retention): the
+        records below it that are not acquired are archived and the start follows. True if it moved."""
+        if log_start <= self.start:
+            return False
+        before = self.start
+        n = min(len(self.state), log_start - self.start)
+        for i in range(n):
+            if self.state[i] == AVAILABLE:
+                self.state[i] = ARCHIVED
+        self._advance()
+        if not self.state and self.start < log_start:
+            self.start = log_start
+        return self.start != before
+
+    # ------------------------------------------------------------------ internals
+
+    def _return(self, i: int, changed: list[StateBatch]) -> None:
+        new = AVAILABLE if self.count[i] < self.delivery_limit else ARCHIVED
+        self.state[i] = new
+        self.owner[i] = None
+        _add_state(changed, self.start + i, new, self.count[i])
+
+    def _append(self, n: int, state: int, count: int, owner: str | None, deadline: int) -> None:
+        self.state.extend(bytes((state,)) * n)
+        self.count.extend(bytes((count,)) * n)
+        self.owner.extend([owner] * n)
+        self.deadline.extend([deadline] * n)
+        self.pending.extend(bytes(n))
+
+    def _advance(self) -> None:
+        """Move the start past the terminal records at the head of the window."""
+        state = self.state
+        i = 0
+        n = len(state)
+        while i < n and state[i] in _TERMINAL:
+            i += 1
+        if i:
+            del state[:i], self.count[:i], self.owner[:i], self.deadline[:i], self.pending[:i]
+            self.start += i
+
+    def _projected_start(self) -> int:
+        state, pending = self.state, self.pending
+        i = 0
+        n = len(state)
+        while i < n and (state[i] in _TERMINAL or pending[i] == _TO_TERMINAL):
+            i += 1
+        return self.start + i
+
+    def _batches(self, lo: int, hi: int) -> list[StateBatch]:
+        out: list[StateBatch] = []
+        for offset in range(lo, hi):
+            i = offset - self.start
+            s = self.state[i]
+            _add_state(out, offset, AVAILABLE if s == ACQUIRED else s, self.count[i])
+        return out
+
+
+def _index(items: list, value: object, start: int) -> int:
+    try:
+        return items.index(value, start)
+    except ValueError:
+        return -1
+
+
+def _add(ranges: list[AcquiredRange], first: int, last: int, count: int) -> None:
+    if ranges and ranges[-1].last_offset + 1 == first and ranges[-1].delivery_count == count:
+        ranges[-1] = ranges[-1]._replace(last_offset=last)
+    else:
+        ranges.append(AcquiredRange(first, last, count))
+
+
+def _add_state(batches: list[StateBatch], offset: int, state: int, count: int) -> None:
+    if batches:
+        b = batches[-1]
+        if b.last_offset + 1 == offset and b.delivery_state == state and b.delivery_count == count:
+            batches[-1] = b._replace(last_offset=offset)
+            return
+    batches.append(StateBatch(offset, offset, state, count))
+
+
+def _split(lo: int, hi: int, aborted: Sequence[tuple[int, int]]) -> list[tuple[int, int, bool]]:
+    """[lo, hi] cut into (first, last, inside an aborted range) pieces, in order."""
+    if not aborted:
+        return [(lo, hi, False)]
+    out: list[tuple[int, int, bool]] = []
+    at = lo
+    for a, b in sorted(aborted):
+        if b < at or a > hi:
+            continue
+        if a > at:
+            out.append((at, a - 1, False))
+        out.append((max(a, at), min(b, hi), True))
+        at = min(b, hi) + 1
+        if at > hi:
+            break
+    if at <= hi:
+        out.append((at, hi, False))
+    return out
