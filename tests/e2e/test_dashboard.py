@@ -129,3 +129,41 @@ def test_groups_members_and_lag_live(broker, browser):
         wait.until(lambda d: _text(d, "#group-missing") == "Consumer group 'no-such-group' does not exist.")
     finally:
         consumer.close()
+
+
+def test_share_groups_page(broker, browser):
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, "dash-queue", incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(20)
+    del admin
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(12):
+        producer.produce("jobs", b"j%d" % i, partition=0)
+    producer.flush(10)
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "dash-queue",
+                              "share.acknowledgement.mode": "explicit", "client.id": "dash-worker"})
+    try:
+        consumer.subscribe(["jobs"])
+        got, deadline = [], time.monotonic() + 30
+        while len(got) < 12 and time.monotonic() < deadline:
+            got += [m for m in consumer.poll(0.5) or [] if m.error() is None]
+        assert len(got) == 12
+        for m in got[:8]:  # 8 done, 4 still held
+            consumer.acknowledge(m)
+        consumer.commit_sync()
+
+        wait = WebDriverWait(browser, 20, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,))
+        browser.get(f"http://127.0.0.1:{broker.http_port}/#/share")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'section[data-share-group="dash-queue"]'))
+        assert "dash-worker" in wait.until(lambda d: _text(d, 'section[data-share-group="dash-queue"] tr[data-member]'))
+        row = 'section[data-share-group="dash-queue"] tr[data-share-partition="jobs-0"]'
+        wait.until(lambda d: _text(d, row + " .acquired") == "4")
+        assert _text(browser, row + " .in-flight") == "4" and _text(browser, row + " .lag") == "4"
+        _shot(browser, "dashboard-share.png")
+    finally:
+        consumer.close()

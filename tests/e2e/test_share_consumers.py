@@ -329,3 +329,39 @@ def test_offsets_are_described_reset_and_deleted_with_the_group(server, admin):
     state = server.call(lambda: [k for r in server.server.share_partitions.runtimes for k in r.shard.state
                                  if k.group_id == group])
     assert state == []
+
+
+def test_a_deleted_topic_takes_its_share_state_and_a_recreated_one_starts_afresh(server, admin):
+    topic = new_topic(admin)
+    group = new_group(admin)
+    produce(server, topic, 5)
+    c = consumer(server, group, topic, share_acknowledgement_mode="explicit")
+    try:
+        got = poll_until([c], lambda r: len(r) >= 5)
+        for f in admin.delete_topics([topic]).values():
+            f.result(20)
+        for _, m in got:
+            c.acknowledge(m)
+        results = c.commit_sync(20)
+        assert results and all(err is not None for err in results.values())  # the topic is gone
+        names = {"UNKNOWN_TOPIC_ID", "UNKNOWN_TOPIC_OR_PART"}
+        assert all(err.args[0].name() in names for err in results.values()), results
+
+        def state_keys():
+            return server.call(lambda: [k for r in server.server.share_partitions.runtimes for k in r.shard.state
+                                        if k.group_id == group])
+        deadline = time.monotonic() + 10
+        while state_keys():
+            assert time.monotonic() < deadline, state_keys()
+            time.sleep(0.1)
+        # the same name again: a new topic id, so the group starts on it afresh
+        for f in admin.create_topics([NewTopic(topic, 1)]).values():
+            f.result(20)
+        values = produce(server, topic, 3)
+        again = poll_until([c], lambda r: len(r) >= 3, timeout=30,
+                           on_message=lambda i, c, m: c.acknowledge(m))
+        assert sorted(m.value() for _, m in again) == sorted(values)
+        assert [m.offset() for _, m in again] == [0, 1, 2] and {m.delivery_count() for _, m in again} == {1}
+        c.commit_sync()
+    finally:
+        c.close()

@@ -64,6 +64,7 @@ class HttpListener:
         app.router.add_get("/api/groups", self.api_groups)
         app.router.add_get("/api/groups/{group_id}", self.api_group)
         app.router.add_get("/api/topics", self.api_topics)
+        app.router.add_get("/api/share-groups", self.api_share_groups)
         app.router.add_get("/", self.dashboard)
         self.app = app
 
@@ -148,6 +149,12 @@ class HttpListener:
             topics.setdefault(p.topic, []).append({"partition": p.partition, "start": p.start, "end": p.end,
                                                    "size": p.size})
         return _json({"topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})
+
+    async def api_share_groups(self, request: web.Request) -> web.Response:
+        share = getattr(self.server, "share_partitions", None)
+        if share is None or not share.loaded:
+            return _json({"loaded": False, "groups": []})
+        return _json({"loaded": True, "time_ms": int(time.time() * 1000), "groups": share.group_views()})
 
     async def dashboard(self, request: web.Request) -> web.Response:
         page = importlib.resources.files("cohort.tooling").joinpath("dashboard.html").read_text("utf-8")

@@ -69,6 +69,7 @@ def install(server: "Server") -> None:
     server.shutdown_hooks.append(manager.unload)
     server.connection_closed.append(manager.connection_closed)
     server.broker.append_listeners.append(manager.appended)
+    server.broker.topic_listeners.append(manager.topics_changed)
 
 
 def state_key_string(key: Key) -> str:
@@ -312,6 +313,30 @@ class SharePartitionManager(_OffsetsApis):
             rows.append((key.group_id, topic.name, key.partition, sp.start, sp.end, sp.acquired_count(), complete, lag))
         return sorted(rows)
 
+    def group_views(self) -> list[dict]:
+        """Each share group with its members and share-partitions, for the dashboard."""
+        by_group: dict[str, list] = {}
+        for group, topic, partition, start, end, acquired, complete, lag in self.partition_views():
+            sp = self.partitions.get(Key(group, self.broker.topics[topic].id, partition))
+            by_group.setdefault(group, []).append({
+                "topic": topic, "partition": partition, "start": start, "end": end, "in_flight": end - start,
+                "acquired": acquired, "archived": 0 if sp is None else sp.archived_count(), "finished": complete,
+                "lag": lag})
+        out = []
+        for shard in self.server.group_coordinator.shards:  # type: ignore[attr-defined]
+            for gid, group in shard.state.share_groups.items():
+                members = []
+                for mid in sorted(group.members):
+                    m = group.members[mid]
+                    assigned = sorted((t.name, p) for tid, ps in m.assigned_partitions.items()
+                                      if (t := self.broker.topic_by_id(tid)) is not None for p in ps)
+                    members.append({"member_id": mid, "client_id": m.client_id, "host": m.client_host,
+                                    "epoch": m.member_epoch, "assigned": assigned})
+                partitions = by_group.get(gid, [])
+                out.append({"group_id": gid, "state": group.state, "epoch": group.group_epoch, "members": members,
+                            "partitions": partitions, "lag": sum(p["lag"] for p in partitions)})
+        return sorted(out, key=lambda g: g["group_id"])
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def load(self) -> None:
@@ -319,6 +344,7 @@ class SharePartitionManager(_OffsetsApis):
             await runtime.load()
         self.loaded = True
         self.server.spawn(self._lock_loop())
+        self.topics_changed()  # topics deleted while the broker was down
 
     async def unload(self) -> None:
         self.loaded = False
@@ -431,6 +457,15 @@ class SharePartitionManager(_OffsetsApis):
         topic = self.broker.topic_by_id(key.topic_id)
         if topic is not None:
             self._waiters.notify(topic.name, key.partition)
+
+    def topics_changed(self) -> None:
+        """A deleted topic's share-partitions go, with their durable state (Kafka writes their
+        tombstones); a topic created again under the name has a new id, so it starts afresh."""
+        gone = {k.topic_id for k in self.partitions if self.broker.topic_by_id(k.topic_id) is None}
+        gone |= {k.topic_id for r in self.runtimes for k in r.shard.state
+                 if self.broker.topic_by_id(k.topic_id) is None}
+        if gone and self.loaded:
+            self.server.spawn(self._delete_state(lambda key: key.topic_id in gone))
 
     # --- sessions ----------------------------------------------------------------------------
 

@@ -121,6 +121,9 @@ class SharePartition:
     def acquired_count(self) -> int:
         return self.state.count(ACQUIRED)
 
+    def archived_count(self) -> int:
+        return self.state.count(ARCHIVED)
+
     def next_lock_deadline(self) -> int | None:
         return self._locks[0][0] if self._locks else None
 
