@@ -53,6 +53,14 @@ class SharePartitionMachine(RuleBasedStateMachine):
             del self.model[self.start]
             self.start += 1
 
+    @staticmethod
+    def _expand(batches) -> dict:
+        return {o: (b.delivery_state, b.delivery_count) for b in batches for o in range(b.first_offset, b.last_offset + 1)}
+
+    def _check_written(self, batches, expected: dict) -> None:
+        """What the partition asks to persist is exactly the records' new states and counts."""
+        assert self._expand(batches) == expected
+
     def _persist(self, batches, start) -> None:
         self.persisted = merge(self.persisted, batches, max(self.persisted_start, start))
         self.persisted_start = max(self.persisted_start, start)
@@ -101,13 +109,22 @@ class SharePartitionMachine(RuleBasedStateMachine):
         if not mine:
             return
         chosen = sorted(data.draw(st.sets(st.sampled_from(mine), min_size=1)))
-        transition = self.sp.acknowledge(member, [(o, o, (ack,)) for o in chosen])
+        ranges = []  # consecutive offsets in one batch of one type, as librdkafka sends them
+        for o in chosen:
+            if ranges and ranges[-1][1] + 1 == o:
+                ranges[-1][1] = o
+            else:
+                ranges.append([o, o])
+        transition = self.sp.acknowledge(member, [(a, b, (ack,)) for a, b in ranges])
         # while in transition the records cannot be acknowledged again
         try:
             self.sp.acknowledge(member, [(chosen[0], chosen[0], (ACCEPT,))])
             raise AssertionError("a record in transition was acknowledged twice")
         except AckError:
             pass
+        new_state = {o: (ACKNOWLEDGED if ack == ACCEPT else AVAILABLE if ack == RELEASE and self.model[o][1] < LIMIT
+                         else ARCHIVED) for o in chosen}
+        self._check_written(transition.batches, {o: (st_, self.model[o][1]) for o, st_ in new_state.items()})
         if not durable:
             self.sp.abort(transition)
             return
@@ -115,15 +132,37 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.sp.complete(transition)
         for o in chosen:
             entry = self.model[o]
-            if ack == ACCEPT:
-                entry[0] = ACKNOWLEDGED
-            elif ack == RELEASE and entry[1] < LIMIT:
-                entry[0] = AVAILABLE
-            else:
-                entry[0] = ARCHIVED
+            entry[0] = new_state[o]
             entry[2] = None
             if entry[0] in TERMINAL:
                 self.finished.add(o)
+        self._advance()
+
+    @rule(member=st.sampled_from(MEMBERS), data=st.data())
+    def acknowledge_a_range_of_mixed_types(self, member, data):
+        """One batch over consecutive offsets with a type per offset (the Java client's form)."""
+        mine = sorted(o for o, e in self.model.items() if e[0] == ACQUIRED and e[2] == member)
+        if not mine:
+            return
+        first = data.draw(st.sampled_from(mine))
+        last = first
+        while last + 1 in mine:
+            last += 1
+        last = data.draw(st.integers(first, last))
+        types = tuple(data.draw(st.lists(st.sampled_from([ACCEPT, RELEASE, REJECT, GAP]),
+                                         min_size=last - first + 1, max_size=last - first + 1)))
+        transition = self.sp.acknowledge(member, [(first, last, types)])
+        new_state = {o: (ACKNOWLEDGED if ack == ACCEPT else AVAILABLE if ack == RELEASE and self.model[o][1] < LIMIT
+                         else ARCHIVED) for o, ack in zip(range(first, last + 1), types)}
+        self._check_written(transition.batches, {o: (st_, self.model[o][1]) for o, st_ in new_state.items()})
+        self._persist(transition.batches, transition.start_offset)
+        self.sp.complete(transition)
+        for offset in range(first, last + 1):
+            entry = self.model[offset]
+            entry[0] = new_state[offset]
+            entry[2] = None
+            if entry[0] in TERMINAL:
+                self.finished.add(offset)
         self._advance()
 
     @rule(member=st.sampled_from(MEMBERS), offset=st.integers(0, 30))
@@ -142,23 +181,29 @@ class SharePartitionMachine(RuleBasedStateMachine):
     @rule(member=st.sampled_from(MEMBERS), lost=st.booleans())
     def release(self, member, lost):
         batches = self.sp.release(member)
-        if not lost:
-            self._persist(batches, self.sp.start)
-        for entry in self.model.values():
+        expected = {}
+        for o, entry in self.model.items():
             if entry[0] == ACQUIRED and entry[2] == member:
                 entry[0] = AVAILABLE if entry[1] < LIMIT else ARCHIVED
                 entry[2] = None
+                expected[o] = (entry[0], entry[1])
+        self._check_written(batches, expected)
+        if not lost:
+            self._persist(batches, self.sp.start)
         self._advance()
 
     @rule(ms=st.integers(1, 150))
     def time_passes(self, ms):
         self.now += ms
         batches = self.sp.expire_locks(self.now)
-        self._persist(batches, self.sp.start)
-        for entry in self.model.values():
+        expected = {}
+        for o, entry in self.model.items():
             if entry[0] == ACQUIRED and entry[3] <= self.now:
                 entry[0] = AVAILABLE if entry[1] < LIMIT else ARCHIVED
                 entry[2] = None
+                expected[o] = (entry[0], entry[1])
+        self._check_written(batches, expected)
+        self._persist(batches, self.sp.start)
         self._advance()
 
     @precondition(lambda self: True)

@@ -553,7 +553,7 @@ class SharePartitionManager(_OffsetsApis):
             for (key, sp, tr), ok in zip(pending, written):
                 if ok:
                     sp.complete(tr)
-                    if any(mark == 1 for _, _, mark in tr.changes):
+                    if any(new == 0 for _, _, new in tr.changes):
                         self._wake(key)  # released records can go to others
                 else:
                     sp.abort(tr)

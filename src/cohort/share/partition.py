@@ -30,7 +30,9 @@ GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 INVALID_REQUEST, INVALID_RECORD_STATE = 42, 121
 
 _TERMINAL = (ACKNOWLEDGED, ARCHIVED)
+_TERMINAL_BYTES = bytes(_TERMINAL)
 _IDLE, _TO_AVAILABLE, _TO_TERMINAL = 0, 1, 2  # the `pending` marks of records in transition
+_TO_TERMINAL_BYTES = bytes((_TO_TERMINAL,))
 
 
 class AckError(Exception):
@@ -62,7 +64,7 @@ class Transition:
     """An acknowledgement whose state is being made durable."""
 
     member_id: str
-    changes: list[tuple[int, int, int]]  # (offset, new state, pending mark) per record
+    changes: list[tuple[int, int, int]]  # (first, last, new state) ranges, ascending
     batches: list[StateBatch]  # what the records become, for the durable write
     start_offset: int  # the start once this (and the transitions before it) are applied
 
@@ -209,10 +211,10 @@ class SharePartition:
         """Validate acknowledgement batches (first, last, ack types: one for the range or one per
         offset) of `member_id` and mark their records in transition. Raises AckError (nothing
         changed) when any record is not ACQUIRED by this member or is already in transition.
-        RENEW (4) restarts the record's lock at once and persists nothing."""
+        RENEW (4) restarts the record's lock at once and persists nothing. Works on ranges: a
+        range of one type costs a few slice operations, whatever its length."""
         state, start, end = self.state, self.start, self.end
-        plan: list[tuple[int, int]] = []  # (offset, ack type)
-        seen: set[int] = set()
+        runs: list[tuple[int, int, int]] = []  # (first, last, ack type), offsets ascending
         for first, last, types in batches:
             if last < start:
                 continue  # below the start: already finished, skipped as Kafka does
@@ -228,52 +230,85 @@ class SharePartition:
             if state[i:j].count(ACQUIRED) != n or self.owner[i:j].count(member_id) != n or self.pending[i:j].count(0) != n:
                 raise AckError(INVALID_RECORD_STATE, f"The records {lo}-{last} are not acquired by member "
                                f"{member_id} (or an acknowledgement of them is in progress).")
-            for offset in range(lo, last + 1):
-                if offset in seen:
-                    raise AckError(INVALID_RECORD_STATE, f"Offset {offset} is acknowledged twice.")
-                seen.add(offset)
-                plan.append((offset, types[0] if len(types) == 1 else types[offset - first]))
+            if runs and lo <= runs[-1][1]:
+                raise AckError(INVALID_RECORD_STATE, f"Offsets {lo}-{min(last, runs[-1][1])} are acknowledged twice.")
+            if len(types) == 1:
+                runs.append((lo, last, types[0]))
+            else:
+                for offset in range(lo, last + 1):
+                    t = types[offset - first]
+                    if runs and runs[-1][2] == t and runs[-1][1] + 1 == offset:
+                        runs[-1] = (runs[-1][0], offset, t)
+                    else:
+                        runs.append((offset, offset, t))
         changes: list[tuple[int, int, int]] = []
         renew = now + lock_ms
-        for offset, ack in plan:
-            i = offset - start
+        count, limit = self.count, self.delivery_limit
+        for first, last, ack in runs:
+            i, j = first - start, last - start + 1
             if ack == RENEW:
-                self.deadline[i] = renew
-                heapq.heappush(self._locks, (renew, offset, offset, member_id))
+                self.deadline[i:j] = [renew] * (j - i)
+                heapq.heappush(self._locks, (renew, first, last, member_id))
                 continue
             if ack == ACCEPT:
-                new = ACKNOWLEDGED
-            elif ack == RELEASE and self.count[i] < self.delivery_limit:
-                new = AVAILABLE
-            else:  # REJECT, GAP, or a release of a record out of deliveries
-                new = ARCHIVED
-            mark = _TO_AVAILABLE if new == AVAILABLE else _TO_TERMINAL
-            self.pending[i] = mark
-            changes.append((offset, new, mark))
-        batches_out: list[StateBatch] = []
-        for offset, new, _ in changes:
-            _add_state(batches_out, offset, new, self.count[offset - start])
-        return Transition(member_id, changes, batches_out, self._projected_start())
+                changes.append((first, last, ACKNOWLEDGED))
+            elif ack != RELEASE or min(count[i:j]) >= limit:  # REJECT, GAP, or out of deliveries
+                changes.append((first, last, ARCHIVED))
+            elif max(count[i:j]) < limit:
+                changes.append((first, last, AVAILABLE))
+            else:  # a release of records some of which are out of deliveries
+                for offset in range(first, last + 1):
+                    new = AVAILABLE if count[offset - start] < limit else ARCHIVED
+                    if changes and changes[-1][2] == new and changes[-1][1] + 1 == offset:
+                        changes[-1] = (changes[-1][0], offset, new)
+                    else:
+                        changes.append((offset, offset, new))
+        for first, last, new in changes:
+            n = last - first + 1
+            self.pending[first - start:last - start + 1] = bytes((_TO_AVAILABLE if new == AVAILABLE else _TO_TERMINAL,)) * n
+        return Transition(member_id, changes, self._state_of(changes), self._projected_start())
+
+    def _state_of(self, changes: list[tuple[int, int, int]]) -> list[StateBatch]:
+        """The persisted form of ranges' new states: split where the delivery count changes."""
+        out: list[StateBatch] = []
+        count, start = self.count, self.start
+        for first, last, new in changes:
+            i, j = first - start, last - start + 1
+            counts = count[i:j]
+            if counts.count(counts[0]) == len(counts):
+                out.append(StateBatch(first, last, new, counts[0]))
+                continue
+            for offset in range(first, last + 1):
+                _add_state(out, offset, new, count[offset - start])
+        return out
 
     def complete(self, transition: Transition) -> None:
         """The transition's state is durable: apply it and move the start."""
-        start = self.start
-        for offset, new, _ in transition.changes:
-            i = offset - start
-            if i < 0 or i >= len(self.state) or self.state[i] != ACQUIRED:
+        start, size = self.start, len(self.state)
+        for first, last, new in transition.changes:
+            i, j = max(first - start, 0), min(last - start + 1, size)
+            if i >= j:
                 continue
-            self.state[i] = new
-            self.owner[i] = None
-            self.pending[i] = _IDLE
+            n = j - i
+            if self.state[i:j].count(ACQUIRED) == n:
+                self.state[i:j] = bytes((new,)) * n
+                self.owner[i:j] = [None] * n
+                self.pending[i:j] = bytes(n)
+                continue
+            for k in range(i, j):  # (not expected: in transition, nothing else moves them)
+                if self.state[k] == ACQUIRED:
+                    self.state[k] = new
+                    self.owner[k] = None
+                    self.pending[k] = _IDLE
         self._advance()
 
     def abort(self, transition: Transition) -> None:
         """The transition's durable write failed: its records stay ACQUIRED by their member."""
-        start = self.start
-        for offset, _, _ in transition.changes:
-            i = offset - start
-            if 0 <= i < len(self.pending):
-                self.pending[i] = _IDLE
+        start, size = self.start, len(self.pending)
+        for first, last, _ in transition.changes:
+            i, j = max(first - start, 0), min(last - start + 1, size)
+            if i < j:
+                self.pending[i:j] = bytes(j - i)
 
     # ------------------------------------------------------------------ release, lock timeout
 
@@ -340,20 +375,24 @@ class SharePartition:
     def _advance(self) -> None:
         """Move the start past the terminal records at the head of the window."""
         state = self.state
-        i = 0
         n = len(state)
-        while i < n and state[i] in _TERMINAL:
-            i += 1
+        i = n - len(state.lstrip(_TERMINAL_BYTES)) if n and state[0] in _TERMINAL else 0
         if i:
             del state[:i], self.count[:i], self.owner[:i], self.deadline[:i], self.pending[:i]
             self.start += i
 
     def _projected_start(self) -> int:
+        """The start once every transition in flight is applied: past the head's terminal records
+        and records in transition to a terminal state (runs skipped a slice at a time)."""
         state, pending = self.state, self.pending
-        i = 0
         n = len(state)
-        while i < n and (state[i] in _TERMINAL or pending[i] == _TO_TERMINAL):
-            i += 1
+        i = 0
+        while i < n:
+            k = n - len(state[i:].lstrip(_TERMINAL_BYTES))
+            k = n - len(pending[k:].lstrip(_TO_TERMINAL_BYTES)) if k < n else k
+            if k == i:
+                break
+            i = k
         return self.start + i
 
     def _batches(self, lo: int, hi: int) -> list[StateBatch]:

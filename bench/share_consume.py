@@ -1,0 +1,150 @@
+"""Share groups against consumer groups: records per second that three confluent-kafka share
+consumers (implicit acknowledgement) reach on a 3-partition topic of 1 KiB records, beside three
+confluent-kafka consumers of a KIP-848 consumer group on the same topic, from one cohort broker.
+
+Each round reads the whole topic once per kind, with a fresh group, in a child process of its
+own (three consumers on three threads; librdkafka does its I/O on its own threads). The figure is
+records per second from the consumers' start (subscribe: the group forms inside the span, as it
+does for any real consumer) to the last record, with the CPU seconds the child and the broker
+used over the round. Rounds alternate the kinds; the median is reported.
+
+    .venv/bin/python bench/share_consume.py                 # 100,000 records (98 MiB), 3 rounds
+    .venv/bin/python bench/share_consume.py --records 30000 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+VALUE_SIZE = 1024
+TOPIC = "bench-share"
+PARTITIONS = 3
+
+
+def produce(bootstrap: str, records: int) -> None:
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS)]).values():
+        f.result(30)
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                            "queue.buffering.max.messages": 1_000_000})
+    value = os.urandom(VALUE_SIZE)
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(TOPIC, value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def child(kind: str, bootstrap: str, records: int) -> None:
+    """Three consumers of one fresh group read the topic; prints the figures as JSON."""
+    import threading
+
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    group = f"{kind}-{uuid.uuid4().hex[:8]}"
+    if kind == "share":
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        for f in admin.incremental_alter_configs([res]).values():
+            f.result(30)
+        del admin
+    counts = [0, 0, 0]
+    first: list[float] = []
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        if kind == "share":
+            c = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        else:
+            c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": True})
+        c.subscribe([TOPIC])
+        try:
+            while not done.is_set():
+                msgs = c.poll(0.2) if kind == "share" else c.consume(500, 0.2)
+                n = sum(1 for m in msgs or [] if m.error() is None)
+                if n:
+                    with lock:
+                        counts[i] += n
+                        if sum(counts) >= records:
+                            first.append(time.perf_counter())
+                            done.set()
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    cpu0 = os.times()
+    first.append(time.perf_counter())
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu1 = os.times()
+    seconds = first[1] - first[0]
+    print(json.dumps({"kind": kind, "records": sum(counts), "seconds": seconds, "per_consumer": counts,
+                      "client_cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--child", nargs=3, metavar=("KIND", "BOOTSTRAP", "RECORDS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    from cohort.server.testing import ServerProcess
+
+    tmp = tempfile.mkdtemp()
+    srv = ServerProcess(os.path.join(tmp, "data"), f"num.partitions={PARTITIONS}",
+                        log_path=os.path.join(tmp, "server.log")).start()
+    try:
+        produce(srv.bootstrap, args.records)
+        results: dict[str, list[dict]] = {"group": [], "share": []}
+        for _ in range(args.rounds):
+            for kind in ("group", "share"):
+                broker_cpu0 = _cpu(srv.proc.pid)
+                out = subprocess.run([sys.executable, __file__, "--child", kind, srv.bootstrap, str(args.records)],
+                                     capture_output=True, text=True, timeout=600)
+                if out.returncode:
+                    raise SystemExit(out.stderr)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                r["broker_cpu"] = _cpu(srv.proc.pid) - broker_cpu0
+                results[kind].append(r)
+                print(f"{kind:5}  {r['records'] / r['seconds']:>9,.0f} records/s  {r['seconds']:6.2f} s  "
+                      f"client CPU {r['client_cpu']:5.1f} s  broker CPU {r['broker_cpu']:5.1f} s  "
+                      f"per consumer {r['per_consumer']}", flush=True)
+        rate = {k: statistics.median(r["records"] / r["seconds"] for r in v) for k, v in results.items()}
+        print(f"median: consumer group {rate['group']:,.0f} records/s, share group {rate['share']:,.0f} records/s "
+              f"({100 * rate['share'] / rate['group']:.0f} %)")
+    finally:
+        srv.stop()
+
+
+def _cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    main()
