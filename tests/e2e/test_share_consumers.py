@@ -365,3 +365,21 @@ def test_a_deleted_topic_takes_its_share_state_and_a_recreated_one_starts_afresh
         c.commit_sync()
     finally:
         c.close()
+
+
+def test_a_group_starts_at_the_log_start_after_delete_records(server, admin):
+    from confluent_kafka import TopicPartition
+
+    topic = new_topic(admin)
+    produce(server, topic, 10)
+    for f in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
+        f.result(20)
+    group = new_group(admin)  # earliest: the log start, now 5
+    c = consumer(server, group, topic)
+    try:
+        got = poll_until([c], lambda r: len(r) >= 5)
+        assert sorted(m.offset() for _, m in got) == [5, 6, 7, 8, 9]
+        c.commit_sync()
+        assert drain([c], 1) == []
+    finally:
+        c.close()

@@ -2,7 +2,7 @@
 
 import pytest
 from kio.schema.errors import ErrorCode as E
-from rawreq import req
+from rawreq import ms, req, sub
 from test_acls import ANON, binding
 
 from cohort.security import acls as A
@@ -125,3 +125,89 @@ def test_heartbeat_and_describe_need_kafkas_acls(secured):
         (group,) = describe(c, "g", ops=True)  # READ implies DESCRIBE, as in Kafka
         assert group.error_code == E.none and [m.member_id for m in group.members] == ["m"]
         assert group.authorized_operations & (1 << A.READ) and not group.authorized_operations & (1 << A.DELETE)
+
+
+def share_fetch(c, group, member, epoch, topic_id, acks=(), version=1, max_records=100):
+    """One partition (0) of one topic; acks: ((first, last, type), ...)."""
+    batches = tuple(sub(78, version, "topics", "partitions", "acknowledgement_batches", first_offset=a, last_offset=b,
+                        acknowledge_types=(t,)) for a, b, t in acks)
+    topics = (sub(78, version, "topics", topic_id=topic_id, partitions=(
+        sub(78, version, "topics", "partitions", partition_index=0, acknowledgement_batches=batches),)),)
+    return c.request(78, version, req(78, version, group_id=group, member_id=member, share_session_epoch=epoch,
+                                      max_wait=ms(0), min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+                                      batch_size=max_records, share_acquire_mode=0, is_renew_ack=False,
+                                      topics=topics, forgotten_topics_data=()))
+
+
+def share_ack(c, group, member, epoch, topic_id, acks, version=1):
+    batches = tuple(sub(79, version, "topics", "partitions", "acknowledgement_batches", first_offset=a, last_offset=b,
+                        acknowledge_types=(t,)) for a, b, t in acks)
+    topics = (sub(79, version, "topics", topic_id=topic_id, partitions=(
+        sub(79, version, "topics", "partitions", partition_index=0, acknowledgement_batches=batches),)),)
+    return c.request(79, version, req(79, version, group_id=group, member_id=member, share_session_epoch=epoch,
+                                      is_renew_ack=False, topics=topics))
+
+
+def acquired_ranges(resp):
+    return [(r.first_offset, r.last_offset, r.delivery_count)
+            for t in resp.responses for p in t.partitions for r in p.acquired_records]
+
+
+def test_share_fetch_and_acknowledge_need_read_on_group_and_topic(secured):
+    from cohort.protocol.records import build_batch
+
+    tid = secured.call(lambda: secured.server.broker.topics["t"].id)
+    secured.call(lambda: secured.server.broker.produce("t", 0, bytes(build_batch([(None, b"x")] * 3))))
+    with WireClient(secured.port) as c:
+        assert share_fetch(c, "g", "m", 0, tid).error_code == E.group_authorization_failed
+        assert share_ack(c, "g", "m", 1, tid, [(0, 0, 1)]).error_code == E.group_authorization_failed
+    secured.call(lambda: secured.server.authorizer.create([binding(A.GROUP, "g", A.READ, principal=ANON)]))
+    with WireClient(secured.port) as c:
+        r = share_fetch(c, "g", "m", 0, tid)
+        assert r.error_code == E.none
+        assert [p.error_code for t in r.responses for p in t.partitions] == [E.topic_authorization_failed]
+    secured.call(lambda: secured.server.authorizer.create([binding(A.TOPIC, "t", A.READ, principal=ANON)]))
+    with WireClient(secured.port) as c:
+        r = share_fetch(c, "g", "m", 0, tid)  # latest (the default): nothing yet
+        assert r.error_code == E.none and acquired_ranges(r) == []
+
+
+def test_share_fetch_sessions_acquisition_and_acknowledgement_over_the_wire(server):
+    from cohort.protocol.records import build_batch
+
+    srv = server
+    srv.call(lambda: srv.server.broker.create_topic("wire-q", 1))
+    tid = topic_id(srv, "wire-q")
+    group = "wire-g"
+    with WireClient(srv.port) as c:
+        cfg = c.request(44, 1, req(44, 1, resources=(sub(44, 1, "resources", resource_type=32, resource_name=group,
+                                                          configs=(sub(44, 1, "resources", "configs",
+                                                                       name="share.auto.offset.reset",
+                                                                       config_operation=0, value="earliest"),)),),
+                                   validate_only=False))
+        assert cfg.responses[0].error_code == E.none
+        srv.call(lambda: srv.server.broker.produce("wire-q", 0, bytes(build_batch([(None, b"%d" % i) for i in range(5)]))))
+        # acknowledgements cannot open a session
+        assert share_fetch(c, group, "m1", 0, tid, acks=[(0, 0, 1)]).error_code == E.invalid_request
+        assert share_ack(c, group, "m1", 0, tid, [(0, 0, 1)]).error_code == E.invalid_share_session_epoch
+        assert share_fetch(c, group, "m1", 3, tid).error_code == E.share_session_not_found
+        r = share_fetch(c, group, "m1", 0, tid)
+        assert acquired_ranges(r) == [(0, 4, 1)] and r.acquisition_lock_timeout.total_seconds() == 30
+        assert share_fetch(c, group, "m1", 5, tid).error_code == E.invalid_share_session_epoch
+        # another member gets nothing while m1 holds them; m1 accepts 0-1, releases 2-4
+        assert acquired_ranges(share_fetch(c, group, "m2", 0, tid)) == []
+        r = share_ack(c, group, "m2", 1, tid, [(0, 0, 1)])
+        assert [p.error_code for t in r.responses for p in t.partitions] == [E.invalid_record_state]
+        r = share_fetch(c, group, "m1", 1, tid, acks=[(0, 1, 1), (2, 4, 2)], max_records=2)
+        (part,) = [p for t in r.responses for p in t.partitions]
+        assert part.acknowledge_error_code == 0
+        assert acquired_ranges(r) == [(2, 4, 2)]  # released, acquired again at once: delivery count 2
+        # closing the session releases what m1 holds; m2 gets them
+        r = share_ack(c, group, "m1", -1, tid, [(2, 2, 3)])  # reject 2 on the way out
+        assert [p.error_code for t in r.responses for p in t.partitions] == [E.none]
+        r = share_fetch(c, group, "m2", 2, tid)  # its acknowledge above moved its session to epoch 2
+        assert acquired_ranges(r) == [(3, 4, 3)]
+        assert share_fetch(c, group, "m1", 2, tid).error_code == E.share_session_not_found
+    offsets = srv.call(lambda: srv.server.share_partitions.partitions)
+    sp = next(sp for k, sp in offsets.items() if k.group_id == group)
+    assert sp.start == 3  # 0-1 accepted, 2 rejected

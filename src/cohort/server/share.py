@@ -53,6 +53,7 @@ E = ErrorCode
 ZERO = datetime.timedelta(0)
 LOADING = "the share coordinator is loading"
 MAX_MEMBER_ID = 36
+READ_CHUNK = 1 << 20  # bytes a share fetch reads from a partition's log at a time
 Key = share_state.ShareStateKey
 
 
@@ -674,35 +675,58 @@ class SharePartitionManager(_OffsetsApis):
                 self._write_behind(key, sp, [])
             if not sp.can_acquire():
                 continue
-            offset = sp.next_fetch_offset()
-            limit = max(budget - total, 0)
-            aborted: list[tuple[int, int]] = []
-            if read_committed:
-                code, data, found = self.broker.read_committed(topic.name, partition, offset, limit,
-                                                               allow_oversize=total == 0)
-            else:
-                code, data = self.broker.read(topic.name, partition, offset, limit, allow_oversize=total == 0)
-                found = []
-            if code == E.offset_out_of_range and offset < log_.start_offset:
-                sp.move_start(log_.start_offset)
-                continue
-            if code != E.none or not data:
-                continue
-            batches = [(h.base_offset, h.last_offset, pos, h) for pos, h in iter_batches(data)]
-            if found:
-                aborted = _aborted_ranges(batches, found)
-            acquired = sp.acquire(member_id, [(b, last) for b, last, _, _ in batches], now_ms(), lock_ms,
-                                  max_records - records, aborted, strict=getattr(body, "share_acquire_mode", 0) == 1)
+            strict = getattr(body, "share_acquire_mode", 0) == 1
+            chunks, acquired = self._acquire_from(key, sp, topic.name, member_id, read_committed, lock_ms,
+                                                  max_records - records, max(budget - total, 0), total == 0, strict)
             self._watch_locks(key, sp)
             if not acquired:
                 continue
-            lo, hi = acquired[0].first_offset, acquired[-1].last_offset
-            kept = [(pos, h) for b, last, pos, h in batches if last >= lo and b <= hi]
-            chunk = data[kept[0][0]:kept[-1][0] + kept[-1][1].size]
-            fetched[(topic_id, partition)] = (chunk, acquired)
-            total += len(chunk)
+            data = b"".join(chunks)
+            fetched[(topic_id, partition)] = (data, acquired)
+            total += len(data)
             records += sum(r.last_offset - r.first_offset + 1 for r in acquired)
         return fetched, errors, total, keys
+
+    def _acquire_from(self, key: Key, sp: SharePartition, topic: str, member_id: str, read_committed: bool,
+                      lock_ms: int, max_records: int, limit: int, first: bool, strict: bool) -> tuple[list, list]:
+        """Read the log from the share-partition's next fetch offset and acquire, a chunk at a time
+        (a fetch wants MaxRecords, not MaxBytes of data: reading 50 MB to hand out 500 records would
+        cost more than the rest of the fetch): (the whole batches that hold the acquired records,
+        the acquired ranges)."""
+        log_ = self.broker.log(topic, key.partition)
+        chunks: list[bytes] = []
+        acquired: list = []
+        got = 0
+        while got < max_records and limit > 0 and sp.can_acquire():
+            offset = sp.next_fetch_offset()
+            size = min(limit, READ_CHUNK)
+            if read_committed:
+                code, data, found = self.broker.read_committed(topic, key.partition, offset, size,
+                                                               allow_oversize=first and not chunks)
+            else:
+                code, data = self.broker.read(topic, key.partition, offset, size, allow_oversize=first and not chunks)
+                found = []
+            if code == E.offset_out_of_range and log_ is not None and offset < log_.start_offset:
+                if sp.move_start(log_.start_offset):
+                    continue
+                break
+            if code != E.none or not data:
+                break
+            batches = [(h.base_offset, h.last_offset, pos, h) for pos, h in iter_batches(data)]
+            aborted = _aborted_ranges(batches, found) if found else []
+            ranges = sp.acquire(member_id, [(b, last) for b, last, _, _ in batches], now_ms(), lock_ms,
+                                max_records - got, aborted, strict=strict)
+            if ranges:
+                lo, hi = ranges[0].first_offset, ranges[-1].last_offset
+                kept = [(pos, h) for b, last, pos, h in batches if last >= lo and b <= hi]
+                chunk = data[kept[0][0]:kept[-1][0] + kept[-1][1].size]
+                chunks.append(chunk)
+                limit -= len(chunk)
+                got += sum(r.last_offset - r.first_offset + 1 for r in ranges)
+                acquired.extend(ranges)
+            if sp.next_fetch_offset() <= offset:  # nothing moved (e.g. every record there is held by others)
+                break
+        return chunks, acquired
 
     def _fetch_response(self, resp: type, fetched: dict, acks: dict, answer_all: list, lock_ms: int,
                         errors: dict | None = None) -> Any:
