@@ -1,12 +1,14 @@
 """Share groups against consumer groups: records per second that three confluent-kafka share
 consumers (implicit acknowledgement) reach on a 3-partition topic of 1 KiB records, beside three
-confluent-kafka consumers of a KIP-848 consumer group on the same topic, from one cohort broker.
+confluent-kafka consumers of a KIP-848 consumer group, from one cohort broker, in one run.
 
-Each round reads the whole topic once per kind, with a fresh group, in a child process of its
-own (three consumers on three threads; librdkafka does its I/O on its own threads). The figure is
-records per second from the consumers' start (subscribe: the group forms inside the span, as it
-does for any real consumer) to the last record, with the CPU seconds the child and the broker
-used over the round. Rounds alternate the kinds; the median is reported.
+Each round and kind gets a fresh topic and group in a child process: three consumers (three
+threads; librdkafka does its I/O on its own threads) subscribe and are left 8 s to form their
+group (a KIP-848 group settles within a heartbeat interval, 5 s); then a producer process writes
+the records as fast as it can, and the figure is records per second from its start until the
+consumers have every record: a queue's throughput, the group already formed, with the CPU
+seconds the consumers and the broker used over that span. Rounds alternate the kinds; the
+median is reported. The producer alone is timed too, since on two cores it shares the machine.
 
     .venv/bin/python bench/share_consume.py                 # 100,000 records (98 MiB), 3 rounds
     .venv/bin/python bench/share_consume.py --records 30000 --rounds 1
@@ -29,20 +31,24 @@ TOPIC = "bench-share"
 PARTITIONS = 3
 
 
-def produce(bootstrap: str, records: int) -> None:
-    import confluent_kafka as ck
+def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS)]).values():
+    for f in admin.create_topics([NewTopic(topic, PARTITIONS)]).values():
         f.result(30)
+
+
+def produce(bootstrap: str, records: int, topic: str = TOPIC) -> None:
+    import confluent_kafka as ck
+
     producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                             "queue.buffering.max.messages": 1_000_000})
     value = os.urandom(VALUE_SIZE)
     for i in range(records):
         while True:
             try:
-                producer.produce(TOPIC, value=value, partition=i % PARTITIONS)
+                producer.produce(topic, value=value, partition=i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -50,13 +56,15 @@ def produce(bootstrap: str, records: int) -> None:
 
 
 def child(kind: str, bootstrap: str, records: int) -> None:
-    """Three consumers of one fresh group read the topic; prints the figures as JSON."""
+    """Three consumers of a fresh group on a fresh topic form their group, then a producer writes
+    the records; prints the figures as JSON."""
     import threading
 
     import confluent_kafka as ck
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    group = f"{kind}-{uuid.uuid4().hex[:8]}"
+    topic, group = f"{TOPIC}-{uuid.uuid4().hex[:6]}", f"{kind}-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic)
     if kind == "share":
         admin = AdminClient({"bootstrap.servers": bootstrap})
         res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
@@ -65,7 +73,7 @@ def child(kind: str, bootstrap: str, records: int) -> None:
             f.result(30)
         del admin
     counts = [0, 0, 0]
-    first: list[float] = []
+    marks: list[float] = []
     done = threading.Event()
     lock = threading.Lock()
 
@@ -75,7 +83,7 @@ def child(kind: str, bootstrap: str, records: int) -> None:
         else:
             c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
                              "auto.offset.reset": "earliest", "enable.auto.commit": True})
-        c.subscribe([TOPIC])
+        c.subscribe([topic])
         try:
             while not done.is_set():
                 msgs = c.poll(0.2) if kind == "share" else c.consume(500, 0.2)
@@ -83,22 +91,27 @@ def child(kind: str, bootstrap: str, records: int) -> None:
                 if n:
                     with lock:
                         counts[i] += n
-                        if sum(counts) >= records:
-                            first.append(time.perf_counter())
+                        if sum(counts) >= records and not done.is_set():
+                            marks.append(time.perf_counter())
                             done.set()
         finally:
             c.close()
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-    cpu0 = os.times()
-    first.append(time.perf_counter())
     for t in threads:
         t.start()
+    time.sleep(8)  # the group forms
+    cpu0 = os.times()
+    start = time.perf_counter()
+    producer = subprocess.run([sys.executable, __file__, "--produce", bootstrap, str(records), topic], timeout=600)
+    produced = time.perf_counter() - start
+    if producer.returncode:
+        raise SystemExit("the producer failed")
     for t in threads:
         t.join()
     cpu1 = os.times()
-    seconds = first[1] - first[0]
-    print(json.dumps({"kind": kind, "records": sum(counts), "seconds": seconds, "per_consumer": counts,
+    print(json.dumps({"kind": kind, "records": sum(counts), "seconds": marks[0] - start, "producer_seconds": produced,
+                      "per_consumer": counts,
                       "client_cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)}))
 
 
@@ -107,7 +120,11 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child", nargs=3, metavar=("KIND", "BOOTSTRAP", "RECORDS"), help=argparse.SUPPRESS)
+    ap.add_argument("--produce", nargs=3, metavar=("BOOTSTRAP", "RECORDS", "TOPIC"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.produce:
+        produce(args.produce[0], int(args.produce[1]), args.produce[2])
+        return
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return
@@ -118,7 +135,6 @@ def main() -> None:
     srv = ServerProcess(os.path.join(tmp, "data"), f"num.partitions={PARTITIONS}",
                         log_path=os.path.join(tmp, "server.log")).start()
     try:
-        produce(srv.bootstrap, args.records)
         results: dict[str, list[dict]] = {"group": [], "share": []}
         for _ in range(args.rounds):
             for kind in ("group", "share"):
@@ -131,6 +147,7 @@ def main() -> None:
                 r["broker_cpu"] = _cpu(srv.proc.pid) - broker_cpu0
                 results[kind].append(r)
                 print(f"{kind:5}  {r['records'] / r['seconds']:>9,.0f} records/s  {r['seconds']:6.2f} s  "
+                      f"(producer alone {r['producer_seconds']:5.2f} s)  "
                       f"client CPU {r['client_cpu']:5.1f} s  broker CPU {r['broker_cpu']:5.1f} s  "
                       f"per consumer {r['per_consumer']}", flush=True)
         rate = {k: statistics.median(r["records"] / r["seconds"] for r in v) for k, v in results.items()}
