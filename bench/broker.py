@@ -20,7 +20,8 @@ import time
 import confluent_kafka as ck
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from cohort.server.testing import ServerProcess  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+from cohort_testing import ServerProcess  # noqa: E402
 
 RECORD = 1024
 
@@ -87,7 +88,7 @@ def request_rate(port: int, n: int, window: int = 64) -> float:
     included."""
     from kio.schema.metadata.v12.request import MetadataRequest
 
-    from cohort.server.testing import WireClient
+    from cohort_testing import WireClient
 
     with WireClient(port) as c:
         frame = c.encode(3, 12, MetadataRequest(topics=(), allow_auto_topic_creation=False,

@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+
 VALUE_SIZE = 1024
 TOPIC = "bench-consume"
 PARTITIONS = 6
@@ -137,7 +139,7 @@ def main() -> None:
         print(json.dumps(child(client, bootstrap, int(records), group)))
         return
 
-    from cohort.server.testing import ServerProcess
+    from cohort_testing import ServerProcess
 
     clients = args.only or list(CLIENTS)
     with tempfile.TemporaryDirectory() as base:

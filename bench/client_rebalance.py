@@ -12,12 +12,15 @@ broker's (`--interval`, default 5000 ms, Kafka's default).
 
 from __future__ import annotations
 
+import sys
 import argparse
 import asyncio
 import os
 import statistics
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 
 
 async def one_rebalance(bootstrap: str, group: str, client_side: bool) -> float:
@@ -65,7 +68,7 @@ def main() -> None:
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from cohort.server.testing import ServerProcess
+    from cohort_testing import ServerProcess
 
     with tempfile.TemporaryDirectory() as base:
         srv = ServerProcess(os.path.join(base, "data"), f"group.consumer.heartbeat.interval.ms={args.interval}",

@@ -18,10 +18,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 from cohort.protocol.codec import skip_request_header  # noqa: E402
 from cohort.protocol.records import build_batch  # noqa: E402
 from cohort.protocol.versions import default_table  # noqa: E402
-from cohort.server.fuzzing import load_corpus  # noqa: E402
+from cohort_fuzzing import load_corpus  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "tests", "protocol", "corpus", "client-frames.bin")
 HOT = {(68, 1): "ConsumerGroupHeartbeat v1", (12, 4): "Heartbeat v4", (0, 9): "Produce v9 (client batch)",

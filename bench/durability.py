@@ -33,6 +33,8 @@ import tempfile
 import time
 import uuid
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+
 from cohort.broker import OFFSETS_TOPIC, Broker
 from cohort.config import Config
 from cohort.coordinator import GroupCoordinatorShard, MemberState, Record, decode, encode
@@ -189,7 +191,7 @@ def serve_ready(data_dir: str) -> tuple[float, float, int, str]:
     from kio.index import load_request_schema
 
     from cohort.protocol.entities import build
-    from cohort.server.testing import ServerProcess, WireClient
+    from cohort_testing import ServerProcess, WireClient
 
     log_path = os.path.join(os.path.dirname(data_dir), "server.log")
     started = time.monotonic()
@@ -270,7 +272,7 @@ def bench_commits(args) -> None:
 def bench_wire(args) -> None:
     from kio.index import load_request_schema
     from cohort.protocol.entities import build, nested
-    from cohort.server.testing import ServerProcess, WireClient
+    from cohort_testing import ServerProcess, WireClient
 
     base = tempfile.mkdtemp(prefix="cohort-wire-")
     srv = ServerProcess(os.path.join(base, "data"), log_path=os.path.join(base, "server.log")).start()

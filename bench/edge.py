@@ -30,10 +30,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 from kio.index import load_request_schema  # noqa: E402
 
 from cohort.protocol.entities import build, nested  # noqa: E402
-from cohort.server.testing import ServerProcess, WireClient, rss_mb  # noqa: E402
+from cohort_testing import ServerProcess, WireClient, rss_mb  # noqa: E402
 
 
 def metadata_request(names):

@@ -20,8 +20,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from cohort.server.fuzzing import fuzz, group_still_works, load_corpus, produce_canary, read_canary  # noqa: E402
-from cohort.server.testing import ServerProcess, rss_mb  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+from cohort_fuzzing import fuzz, group_still_works, load_corpus, produce_canary, read_canary  # noqa: E402
+from cohort_testing import ServerProcess, rss_mb  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "tests", "protocol", "corpus", "client-frames.bin")
 

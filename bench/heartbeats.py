@@ -32,11 +32,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 from kio.index import load_request_schema, load_response_schema  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
 
 from cohort.protocol.entities import build, nested  # noqa: E402
-from cohort.server.testing import ServerProcess, WireClient  # noqa: E402
+from cohort_testing import ServerProcess, WireClient  # noqa: E402
 
 HB = 68
 HB_REQ = load_request_schema(HB, 1)

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -46,7 +48,7 @@ def main() -> None:
     sys.path.insert(0, src)
     sys.path.insert(0, HERE)
     os.environ["PYTHONPATH"] = src  # the broker subprocess imports this tree
-    from cohort.server import testing
+    import cohort_testing as testing
 
     tmp = tempfile.mkdtemp()
     out = os.path.join(tmp, "callgrind.out")
@@ -111,7 +113,7 @@ def produce(srv, requests: int, idempotent: bool = False) -> int:
 
     from cohort.protocol.entities import build, nested
     from cohort.protocol.records import build_batch
-    from cohort.server.testing import WireClient
+    from cohort_testing import WireClient
 
     schema = load_request_schema(0, 9)
 

@@ -34,6 +34,8 @@ from cohort.broker import Broker  # noqa: E402
 from cohort.config import Config  # noqa: E402
 from cohort.protocol.records import CRC_START, build_batch, check_produce_records  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+
 BASE_TS = 1_700_000_000_000
 PER_BATCH = 16
 _TS = struct.Struct(">qq")
@@ -77,7 +79,7 @@ def in_process(data_dir: str, targets: list[int]) -> tuple[float, float, float]:
 
 
 def over_the_wire(data_dir: str, targets: list[int]) -> tuple[float, float]:
-    from cohort.server.testing import ServerProcess, WireClient
+    from cohort_testing import ServerProcess, WireClient
     from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 
     srv = ServerProcess(data_dir).start()

@@ -27,6 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 
 from cohort.broker import Broker  # noqa: E402
 from cohort.config import Config  # noqa: E402
@@ -46,7 +47,7 @@ from cohort.coordinator.records import (  # noqa: E402
     OffsetCommitValue,
 )
 from cohort.protocol.records import build_batch  # noqa: E402
-from cohort.server.testing import ServerProcess  # noqa: E402
+from cohort_testing import ServerProcess  # noqa: E402
 
 import confluent_kafka as ck  # noqa: E402
 
@@ -117,7 +118,7 @@ def commit_frames(groups: int, topics: int, partitions: int) -> list[list[bytes]
 
 def commit_all(port: int, frames: list[bytes]) -> None:
     """Send the commits on one connection, 500 at a time, and read every answer (each after its fsync)."""
-    from cohort.server.testing import WireClient
+    from cohort_testing import WireClient
 
     with WireClient(port, timeout=60) as c:
         for start in range(0, len(frames), 500):

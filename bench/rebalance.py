@@ -31,7 +31,8 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from cohort.server.testing import ServerProcess  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+from cohort_testing import ServerProcess  # noqa: E402
 
 PROTOCOLS = {
     "classic-range": {"group.protocol": "classic", "partition.assignment.strategy": "range"},

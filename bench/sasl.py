@@ -17,9 +17,10 @@ import time
 import scramp
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 from cohort.protocol.entities import build  # noqa: E402
 from cohort.security import credentials  # noqa: E402
-from cohort.server.testing import ServerProcess, WireClient  # noqa: E402
+from cohort_testing import ServerProcess, WireClient  # noqa: E402
 from kio.index import load_request_schema  # noqa: E402
 
 

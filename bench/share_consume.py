@@ -26,6 +26,8 @@ import tempfile
 import time
 import uuid
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
+
 VALUE_SIZE = 1024
 TOPIC = "bench-share"
 PARTITIONS = 3
@@ -129,7 +131,7 @@ def main() -> None:
         child(args.child[0], args.child[1], int(args.child[2]))
         return
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    from cohort.server.testing import ServerProcess
+    from cohort_testing import ServerProcess
 
     tmp = tempfile.mkdtemp()
     srv = ServerProcess(os.path.join(tmp, "data"), f"num.partitions={PARTITIONS}",

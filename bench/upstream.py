@@ -23,11 +23,12 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 
 import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from cohort.server.testing import ServerProcess  # noqa: E402
+from cohort_testing import ServerProcess  # noqa: E402
 
 
 def produce(bootstrap: str, topic: str, n: int, value: bytes) -> float:

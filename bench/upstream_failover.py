@@ -21,12 +21,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the test helpers
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kio.index import load_request_schema  # noqa: E402
 
 from cohort.protocol.entities import build, nested  # noqa: E402
-from cohort.server.testing import ServerProcess, WireClient  # noqa: E402
+from cohort_testing import ServerProcess, WireClient  # noqa: E402
 
 COMMIT = load_request_schema(8, 8)
 

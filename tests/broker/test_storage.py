@@ -254,7 +254,7 @@ def test_maintenance_loop_runs_retention_and_compaction(tmp_path):
 
 
 def test_client_sees_storage_error_then_recovers_when_space_returns(tmp_path, disk):
-    from cohort.server.testing import ServerThread
+    from cohort_testing import ServerThread
 
     with ServerThread(tmp_path / "srv", {"num.partitions": 1}, plugins=()) as srv:
         p = ck.Producer({"bootstrap.servers": srv.bootstrap, "acks": "all", "message.timeout.ms": 3000, "retries": 0,
@@ -286,7 +286,7 @@ def test_offset_commit_on_full_disk_answers_not_coordinator_then_recovers(tmp_pa
     from kio.index import load_request_schema
 
     from cohort.protocol.entities import build, nested
-    from cohort.server.testing import ServerThread, WireClient
+    from cohort_testing import ServerThread, WireClient
 
     commit_cls = load_request_schema(8, 9)
     topic_cls = nested(commit_cls, "topics")
@@ -335,7 +335,7 @@ def test_offset_commit_on_full_disk_answers_not_coordinator_then_recovers(tmp_pa
 
 
 def test_clients_see_the_log_start_move_after_retention(tmp_path):
-    from cohort.server.testing import ServerThread
+    from cohort_testing import ServerThread
 
     settings = {"log.retention.check.interval.ms": 100, "log.segment.bytes": 1024}
     with ServerThread(tmp_path / "srv", settings, plugins=()) as srv:

@@ -14,7 +14,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort.client import ClientGroupSpec, Consumer, MemberAssignment, ServerSideAssignor, TopicPartition
-from cohort.server.testing import ServerThread
+from cohort_testing import ServerThread
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, Sc
 from cohort.client import Consumer
 from cohort.client.connection import AuthenticationError, KafkaConnectionError
 from cohort.security.testcerts import make_pki
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -1,6 +1,6 @@
 import pytest
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 
 @pytest.fixture(scope="module")

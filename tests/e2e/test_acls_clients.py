@@ -23,7 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from cohort.security.testcerts import make_pki
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 

@@ -193,7 +193,7 @@ def describe_group(port: int) -> tuple:
     from kio.index import load_request_schema
 
     from cohort.protocol.entities import build
-    from cohort.server.testing import WireClient
+    from cohort_testing import WireClient
 
     request = build(load_request_schema(69, 0), group_ids=(GROUP,), include_authorized_operations=False)
     deadline = time.monotonic() + 20

@@ -16,7 +16,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from cohort.server.fuzzing import fuzz, group_still_works, load_corpus, produce_canary, read_canary
-from cohort.server.testing import ServerProcess
+from cohort_fuzzing import fuzz, group_still_works, load_corpus, produce_canary, read_canary
+from cohort_testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

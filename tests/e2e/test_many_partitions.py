@@ -12,7 +12,7 @@ from kio.index import load_request_schema
 
 from cohort.protocol.entities import build, nested
 
-from cohort.server.testing import ServerProcess, WireClient
+from cohort_testing import ServerProcess, WireClient
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

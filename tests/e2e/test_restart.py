@@ -6,7 +6,7 @@ import time
 import confluent_kafka as ck
 import pytest
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

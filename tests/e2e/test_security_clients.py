@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 from cohort.security.testcerts import make_pki
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -13,7 +13,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort.coordinator import partition_for
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

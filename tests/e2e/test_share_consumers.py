@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
-from cohort.server.testing import ServerThread
+from cohort_testing import ServerThread
 
 pytestmark = pytest.mark.e2e
 
@@ -271,7 +271,7 @@ def test_offsets_are_described_reset_and_deleted_with_the_group(server, admin):
     from kio.index import load_request_schema
 
     from cohort.protocol.entities import build, nested
-    from cohort.server.testing import WireClient
+    from cohort_testing import WireClient
 
     def req(api_key, version, **kw):
         return build(load_request_schema(api_key, version), **kw)

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from cohort.coordinator import partition_for
-from cohort.server.testing import ServerThread
+from cohort_testing import ServerThread
 
 pytestmark = pytest.mark.e2e
 

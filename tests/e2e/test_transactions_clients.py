@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -300,7 +300,7 @@ def test_a_stable_offset_fetch_right_after_commit_never_answers_an_older_offset(
     UNSTABLE_OFFSET_COMMIT while the marker is pending, the committed offset after; never the
     offset before the transaction (nor none at all), which would make a read_committed
     consumer start over from an older position."""
-    from cohort.server.testing import WireClient
+    from cohort_testing import WireClient
 
     source, sink = _topic(srv.bootstrap, 1), _topic(srv.bootstrap, 1)
     group = f"stable-{uuid.uuid4().hex[:6]}"

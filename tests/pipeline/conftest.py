@@ -147,7 +147,7 @@ def live(tmp_path_factory):
     import confluent_kafka as ck
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from cohort.server.testing import ServerProcess
+    from cohort_testing import ServerProcess
 
     base = tmp_path_factory.mktemp("live")
     server = ServerProcess(base / "data", "group.consumer.heartbeat.interval.ms=300",

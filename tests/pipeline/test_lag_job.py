@@ -264,7 +264,7 @@ def test_closed_days_are_compacted_to_one_sorted_file_per_bucket(spark, runs, tm
 
 
 def test_once_on_a_cluster_without_groups_fails_before_spark(tmp_path, capsys):
-    from cohort.server.testing import ServerThread
+    from cohort_testing import ServerThread
 
     with ServerThread(tmp_path / "data") as srv:
         bootstrap, out = srv.bootstrap, tmp_path / "out"

@@ -148,7 +148,7 @@ def test_members_carry_their_subscriptions_and_racks_from_the_coordinator(tmp_pa
 
     from confluent_kafka.admin import NewTopic
 
-    from cohort.server.testing import ServerProcess
+    from cohort_testing import ServerProcess
 
     server = ServerProcess(tmp_path / "data", "group.consumer.heartbeat.interval.ms=300",
                            "group.consumer.min.heartbeat.interval.ms=100", log_path=str(tmp_path / "server.log")).start()

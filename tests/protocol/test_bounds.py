@@ -15,7 +15,7 @@ from kio.static.primitive import Records
 from cohort.protocol.bounds import CHECK_ERRORS, BodyError, NullField, body_checker
 from cohort.protocol.codec import InvalidRequest, MalformedRequest, UnsupportedApi, decode_request
 from cohort.protocol.versions import SUPPORTED, default_table
-from cohort.server.fuzzing import Mutator, load_corpus
+from cohort_fuzzing import Mutator, load_corpus
 
 CORPUS = os.path.join(os.path.dirname(__file__), "corpus", "client-frames.bin")
 PAIRS = [(k, v) for k, (_, lo, hi) in sorted(SUPPORTED.items()) for v in range(lo, hi + 1)]

@@ -1,6 +1,6 @@
 import pytest
 
-from cohort.server.testing import ServerThread
+from cohort_testing import ServerThread
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cohort.security import acls as A
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 from rawreq import metadata, ms, produce, req, sub
 from cohort.protocol.records import build_batch
 

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from cohort.broker import OFFSETS_TOPIC
 from cohort.protocol.entities import build
 from cohort.protocol.records import build_batch, decode_batch, iter_batches
-from cohort.server.testing import WireClient
+from cohort_testing import WireClient
 from rawreq import create_topics, fetch, list_offsets, metadata, ms, produce, req, sub
 
 CORE = {0, 1, 2, 3, 10, 17, 18, 19, 20, 21, 22, 23, 29, 30, 31, 32, 33, 36, 37, 44, 50, 51, 60}

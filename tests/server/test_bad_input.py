@@ -9,7 +9,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cohort.protocol.records import build_batch
-from cohort.server.testing import WireClient
+from cohort_testing import WireClient
 from rawreq import create_topics, fetch, list_offsets, metadata, ms, produce, req
 
 

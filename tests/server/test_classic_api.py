@@ -12,7 +12,7 @@ from rawreq import create_topics, ms, req, sub
 from test_groups_api import commit, fetch_offsets, wait_loaded
 
 from cohort.coordinator.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 
 SETTINGS = {"group.initial.rebalance.delay.ms": 300, "group.min.session.timeout.ms": 500}
 

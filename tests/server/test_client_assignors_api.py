@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode as E
 from rawreq import create_topics, req
 
 from cohort.protocol import extensions as x
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 from test_groups_api import FAST, c, describe, topic_ids, wait_loaded  # noqa: F401 - c is a fixture
 
 PREPARE, INSTALL = x.PREPARE_ASSIGNMENT_KEY, x.INSTALL_ASSIGNMENT_KEY

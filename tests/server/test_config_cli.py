@@ -177,7 +177,7 @@ def test_environment_variables_in_container_form(tmp_path):
 
 def test_serve_starts_from_kafkas_server_properties_with_one_warning(tmp_path):
     """Kafka 4's own file, with its listener moved to a free loopback port."""
-    from cohort.server.testing import ServerProcess
+    from cohort_testing import ServerProcess
 
     data = tmp_path / "data"
     data.mkdir()

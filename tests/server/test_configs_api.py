@@ -5,7 +5,7 @@ from kio.schema.errors import ErrorCode
 
 from cohort.broker import BrokerError
 from cohort.server.configs import GROUP, GROUP_CONFIG, ConfigEntry
-from cohort.server.testing import WireClient
+from cohort_testing import WireClient
 from rawreq import create_topics, req, sub
 
 

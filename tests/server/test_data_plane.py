@@ -6,7 +6,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cohort.protocol.records import TIMESTAMP_TYPE_FLAG, build_batch, decode_batch, read_header
-from cohort.server.testing import WireClient
+from cohort_testing import WireClient
 from rawreq import create_topics, fetch, list_offsets, ms, produce, req, sub
 
 

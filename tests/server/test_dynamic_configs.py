@@ -9,7 +9,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cohort.protocol.records import build_batch
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 from rawreq import ms, produce, req, sub
 
 BROKER = 4

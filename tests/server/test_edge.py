@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 from rawreq import create_topics, metadata, req
 
 

@@ -11,8 +11,8 @@ from cohort.protocol.versions import request_schema as load_request_schema
 from kio.static.primitive import Records
 
 from cohort.protocol.versions import SUPPORTED
-from cohort.server.fuzzing import PARKING_APIS
-from cohort.server.testing import ServerThread, WireClient
+from cohort_fuzzing import PARKING_APIS
+from cohort_testing import ServerThread, WireClient
 
 PAIRS = [(k, v) for k, (_, lo, hi) in sorted(SUPPORTED.items()) for v in range(lo, hi + 1)]
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))

@@ -7,7 +7,7 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 from rawreq import create_topics, ms, req, sub
 
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 
 FAST = {"group.consumer.heartbeat.interval.ms": 200, "group.consumer.min.heartbeat.interval.ms": 50,
         "group.consumer.session.timeout.ms": 1500, "group.consumer.min.session.timeout.ms": 500}

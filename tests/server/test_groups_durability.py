@@ -13,7 +13,7 @@ from test_groups_api import FAST, assigned, commit, describe, fetch_offsets, hea
 from cohort.coordinator import decode
 from cohort.coordinator.records import ConsumerGroupMemberMetadataKey, OffsetCommitKey
 from cohort.server.groups import GroupCoordinator
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 
 
 @pytest.fixture

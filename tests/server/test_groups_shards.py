@@ -6,7 +6,7 @@ from kio.schema.errors import ErrorCode as E
 from rawreq import create_topics, req, sub
 
 from cohort.coordinator import partition_for
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 from test_groups_api import FAST, commit, describe, heartbeat, join, wait_loaded
 
 SHARDS = 2

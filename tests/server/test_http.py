@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cohort.config import Config, ConfigError
 from cohort.server.http import parse_address
-from cohort.server.testing import ServerProcess, ServerThread
+from cohort_testing import ServerProcess, ServerThread
 
 
 @pytest.fixture(scope="module")

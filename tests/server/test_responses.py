@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from cohort.protocol.entities import build
 from cohort.server.api import CLOSE_WITHOUT_ANSWER
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 from rawreq import ms, req
 
 HEARTBEAT = 12

@@ -6,7 +6,7 @@ from rawreq import ms, req, sub
 from test_acls import ANON, binding
 
 from cohort.security import acls as A
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 
 
 def heartbeat(c, group, member, epoch, topics=None, rack=None):

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from cohort.protocol.records import TRANSACTIONAL_FLAG, build_batch
 from cohort.security import acls as A
-from cohort.server.testing import ServerThread, WireClient
+from cohort_testing import ServerThread, WireClient
 from rawreq import ms, req, sub
 
 ANON = "User:ANONYMOUS"

@@ -12,7 +12,7 @@ from cohort.broker import Broker
 from cohort.config import Config
 from cohort.coordinator.records import OffsetCommitValue, Record, TxnOffsetCommitKey, encode as encode_group
 from cohort.protocol.records import TRANSACTIONAL_FLAG, TxnBatch, build_batch, check_produce_records
-from cohort.server.testing import ServerThread
+from cohort_testing import ServerThread
 from cohort.transactions.records import TxnKey, TxnState, TxnValue, encode
 
 PID, EPOCH = 4242, 3

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from kio.index import load_request_schema
 
 from cohort.protocol.entities import build, nested
-from cohort.server.testing import ServerProcess, WireClient
+from cohort_testing import ServerProcess, WireClient
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
-from cohort.server.testing import ServerThread
+from cohort_testing import ServerThread
 from cohort.tooling.metrics import FleetRenderer
 
 

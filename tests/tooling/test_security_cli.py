@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

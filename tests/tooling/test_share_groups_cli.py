@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer, ShareConsumer
 
 from cohort.cli import main
-from cohort.server.testing import ServerThread
+from cohort_testing import ServerThread
 
 
 @pytest.fixture(scope="module")

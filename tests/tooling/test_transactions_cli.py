@@ -11,7 +11,7 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 from cohort.tooling import transactions_cli
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 
 # The coordinator's sans-IO state machines are reused here with the upstream-backed log.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "coordinator"))

@@ -18,7 +18,7 @@ from kio.index import load_request_schema
 
 from cohort.coordinator.consumer_protocol import decode_assignment
 from cohort.protocol.entities import build, nested
-from cohort.server.testing import ServerProcess, WireClient
+from cohort_testing import ServerProcess, WireClient
 from upstream_clients import committed_offsets, coordinator_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -17,7 +17,7 @@ from kio.index import load_request_schema
 
 from cohort.protocol.codec import decode_response, encode_request
 from cohort.protocol.entities import build, nested
-from cohort.server.testing import ServerProcess
+from cohort_testing import ServerProcess
 from cohort.upstream.forward import BrokerConnection, UpstreamGone, produce_acks
 
 pytestmark = pytest.mark.timeout(120)

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort.client import Consumer, ServerSideAssignor
 from cohort.protocol.extensions import INSTALL_ASSIGNMENT_KEY, PREPARE_ASSIGNMENT_KEY
-from cohort.server.testing import WireClient
+from cohort_testing import WireClient
 from cohort.protocol.entities import build
 from cohort.protocol.versions import request_schema
 from test_upstream_groups import instance

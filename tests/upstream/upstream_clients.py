@@ -7,7 +7,7 @@ import confluent_kafka as ck
 from kio.index import load_request_schema
 
 from cohort.protocol.entities import build
-from cohort.server.testing import WireClient
+from cohort_testing import WireClient
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

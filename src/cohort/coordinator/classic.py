@@ -575,7 +575,8 @@ def describe_groups(ctx: GroupContext, req: DescribeGroupsRequest) -> DescribeGr
             out.append(consumer.describe_as_classic(ctx, consumer_group))
         elif req.api_version >= 6 and gid not in ctx.state.offsets:
             out.append(DescribedClassicGroup(gid, Errors.GROUP_ID_NOT_FOUND, group_state=DEAD.value,
-                                             error_message=f"Group {gid} not found."))
+                                             error_message=f"Group {gid} is not a classic group."
+                                             if gid in ctx.state.share_groups else f"Group {gid} not found."))
         else:
             out.append(DescribedClassicGroup(gid, group_state=EMPTY.value if gid in ctx.state.offsets
                                              else DEAD.value))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from cohort.coordinator.consumer_protocol import ConsumerProtocolError, decode_assignment
-from cohort.coordinator.records import ConsumerGroupMetadataKey, GroupMetadataKey, OffsetCommitKey, TxnMarker
+from cohort.coordinator.records import (ConsumerGroupMetadataKey, GroupMetadataKey, OffsetCommitKey, ShareGroupMetadataKey,
+                                       TxnMarker)
 from cohort.stats import Histogram
 
 TIMELINE_LENGTH = 64  # epoch changes kept per group
@@ -69,16 +70,19 @@ class EpochTimeline:
 
     def __init__(self) -> None:
         self.by_group: dict[str, collections.deque] = {}
-        self.bumps = {"consumer": 0, "classic": 0}  # epoch bumps since start, by group type
+        self.bumps = {"consumer": 0, "classic": 0, "share": 0}  # epoch bumps since start, by group type
 
     def observe(self, records: Iterable[Any], now_ms: int) -> None:
         for record in records:
             key, value = record
             cls = type(key)
-            if value is None or (cls is not ConsumerGroupMetadataKey and cls is not GroupMetadataKey):
+            if value is None or (cls is not ConsumerGroupMetadataKey and cls is not GroupMetadataKey
+                                 and cls is not ShareGroupMetadataKey):
                 continue
             if cls is ConsumerGroupMetadataKey:
                 epoch, kind = value.epoch, "consumer"
+            elif cls is ShareGroupMetadataKey:
+                epoch, kind = value.epoch, "share"
             else:
                 epoch, kind = value.generation, "classic"
             line = self.by_group.get(key.group_id)

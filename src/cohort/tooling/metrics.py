@@ -127,7 +127,7 @@ class BrokerCollector:
         assignor = _histogram("cohort_assignor_duration", "One run of a server-side assignor.", ["assignor"])
         for name, h in sorted(coordinator.assignor_seconds.items()):
             _add(assignor, [name], h)
-        bumps = CounterMetricFamily("cohort_group_rebalances", "Group epoch bumps (consumer groups) and new "
+        bumps = CounterMetricFamily("cohort_group_rebalances", "Group epoch bumps (consumer and share groups) and new "
                                     "generations (classic groups) since the broker started.", labels=["type"])
         for kind, n in sorted(coordinator.timeline.bumps.items()):
             bumps.add_metric([kind], n)

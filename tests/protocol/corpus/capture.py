@@ -21,6 +21,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))  # tests/: the test helpers (cohort_testing)
 OUT = os.path.join(HERE, "client-frames.bin")
 PER_PAIR = 12  # frames kept per (api_key, version) from the clients
 GENERATED = 4  # hypothesis examples per (api_key, version)
@@ -31,7 +32,7 @@ def capture_clients(frames: list[bytes]) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
     from cohort.server.server import Server
-    from cohort.server.testing import ServerThread
+    from cohort_testing import ServerThread
 
     original = Server._handle
 
