@@ -88,13 +88,16 @@ class CoordinatorMachine(RuleBasedStateMachine):
         client = self.clients[member]
         if ack:
             client.owned = dict(client.assignment)
-        if client.resend_full:
-            request = self._full_heartbeat(member)
-        else:
-            request = self._plain_heartbeat(member)
-        response = self._send(request, lose)
+        response = self._send(self._next_heartbeat(member), lose)
         client.resend_full = lose
         self._absorb(client, response)
+
+    def _next_heartbeat(self, member: str) -> ConsumerGroupHeartbeatRequest:
+        """What the client sends next: a full heartbeat after a lost response (Kafka's consumer
+        does, so that the coordinator sends the assignment it missed), else a plain one."""
+        if self.clients[member].resend_full:
+            return self._full_heartbeat(member)
+        return self._plain_heartbeat(member)
 
     def _full_heartbeat(self, member: str) -> ConsumerGroupHeartbeatRequest:
         """A heartbeat with every field, as a client sends after a lost response."""
@@ -161,7 +164,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         start = self.shard.last_written_offset
         if ack:
             client.owned = dict(client.assignment)
-        self.shard.handle(self._plain_heartbeat(member), self.now)
+        self.shard.handle(self._next_heartbeat(member), self.now)
         self.shard.revert(start)
         client.resend_full = True
         assert dump(self.shard) == before
@@ -176,10 +179,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         before = (self.shard.describe_groups(describe), self.shard.list_groups())
         if ack:
             client.owned = dict(client.assignment)
-        result = self.shard.handle(self._plain_heartbeat(member), self.now)
+        result = self.shard.handle(self._next_heartbeat(member), self.now)
         assert (self.shard.describe_groups(describe), self.shard.list_groups()) == before
         self.shard.commit(result.end_offset)
         self.log.extend(result.records)
+        client.resend_full = False
         self._absorb(client, result.response)
 
     @rule(member=st.sampled_from(MEMBERS), topics=st.sets(st.sampled_from(TOPICS)))
@@ -188,7 +192,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if not client.joined:
             return
         client.topics = sorted(topics)
-        response = self._send(self._plain_heartbeat(member, subscribed_topic_names=client.topics))
+        response = self._send(self._full_heartbeat(member) if client.resend_full
+                              else self._plain_heartbeat(member, subscribed_topic_names=client.topics))
+        client.resend_full = False
         self._absorb(client, response)
 
     @rule(member=st.sampled_from(MEMBERS))

@@ -13,7 +13,7 @@ from cohort.broker.coordinator_log import CoordinatorLog
 from cohort.coordinator import GroupCoordinatorShard, decode, encode
 from cohort.coordinator import requests as rq
 from cohort.log import PartitionLog
-from cohort.server.runtime import ConnectionOrder, CoordinatorRuntime
+from cohort.coordinator_common.runtime import ConnectionOrder, CoordinatorRuntime
 
 
 class HeldFsync:

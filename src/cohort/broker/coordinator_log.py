@@ -1,5 +1,5 @@
 """A group coordinator shard's durable record log: one partition of ``__consumer_offsets``
-(the local implementation of `cohort.server.runtime.RecordLog`).
+(the local implementation of `cohort.coordinator_common.runtime.RecordLog`).
 
 ``append_records`` gives the records their offsets at once (offsets follow call order, so the
 in-memory state the coordinator already replayed matches the log) and returns a future that

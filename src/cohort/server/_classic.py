@@ -22,7 +22,7 @@ from cohort.security import acls
 from cohort.server._group_codec import ONE_MS, UNKNOWN_OPS, ZERO, client_host, err, group_ops
 
 if TYPE_CHECKING:
-    from cohort.server.runtime import CoordinatorRuntime
+    from cohort.coordinator_common.runtime import CoordinatorRuntime
     from cohort.server.context import RequestContext
     from cohort.server.server import Server
 

@@ -1,6 +1,6 @@
 """The group coordinator's APIs, served from sans-IO `GroupCoordinatorShard` objects, one per
 ``__consumer_offsets`` partition (`offsets.topic.num.partitions`), each hosted by a
-:class:`cohort.server.runtime.CoordinatorRuntime` (durability, timers, parked requests, the
+:class:`cohort.coordinator_common.runtime.CoordinatorRuntime` (durability, timers, parked requests, the
 worker thread: see that module).
 
 * **Routing**: a group's requests go to the shard Kafka's hash of its id picks
@@ -57,7 +57,7 @@ from cohort.protocol.operations import GROUP_OPS
 from cohort.security import acls
 from cohort.server.api import Encoded
 from cohort.server import _classic, overview
-from cohort.server.runtime import ConnectionOrder, CoordinatorRuntime, Failed, now_ms
+from cohort.coordinator_common.runtime import ConnectionOrder, CoordinatorRuntime, Failed, now_ms
 from cohort.server import _group_codec as wire
 from cohort.server.configs import APPEND, DEFAULT_CONFIG, DELETE, GROUP, GROUP_CONFIG, SET, SUBTRACT, ConfigEntry
 from cohort.stats import Histogram

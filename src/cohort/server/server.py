@@ -56,7 +56,7 @@ from cohort.server.context import ANONYMOUS, RequestContext
 from cohort.server.limits import ConnectionQuotas, ConnectionState, RequestMemory, parse_overrides
 from cohort.server.listeners import Listener
 from cohort.server.responses import Responses
-from cohort.server.waiters import AppendWaiters
+from cohort.broker.waiters import AppendWaiters
 from cohort.stats import RequestStats
 
 log = logging.getLogger("cohort.server")
@@ -67,7 +67,7 @@ _NO_LIFETIME = datetime.timedelta(0)  # SaslAuthenticate session lifetime: no re
 # Modules that register more APIs: each must define ``install(server)``.
 SHUTDOWN_GRACE_S = 0.05  # time for answers written by the shutdown hooks to leave
 # upstream first (it may replace where topics are known); transactions use the group coordinator
-PLUGINS = ("cohort.server.upstream", "cohort.server.groups", "cohort.server.transactions", "cohort.server.share")
+PLUGINS = ("cohort.server.upstream", "cohort.server.groups", "cohort.server.transactions", "cohort.share.manager")
 
 
 class Server:

@@ -32,7 +32,7 @@ from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, error_code, nested
 from cohort.security import acls
 from cohort.server import handlers
-from cohort.server.runtime import CoordinatorRuntime, Failed, now_ms
+from cohort.coordinator_common.runtime import CoordinatorRuntime, Failed, now_ms
 from cohort.transactions import coordinator as tc
 from cohort.transactions.records import STATE_BY_NAME, decode, encode
 from cohort.transactions.requests import (

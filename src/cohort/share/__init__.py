@@ -1,5 +1,5 @@
-"""Share groups' data side (KIP-932): what the partition leader keeps per share-partition
-(`partition`), the share sessions (`sessions`), and the share coordinator's durable state
-(`records`, `coordinator`). All sans-IO: the server's host (`cohort.server.share`) gives them
-time, logs and sockets.
+"""Share groups' data side (KIP-932), in Kafka's rooms: what the partition leader keeps per
+share-partition (`partition`), the share sessions (`sessions`), the share coordinator's durable
+state (`state`), all sans-IO; and the share partition manager (`manager`), which gives them time,
+logs and requests: ShareFetch, ShareAcknowledge and the share offsets admin APIs.
 """

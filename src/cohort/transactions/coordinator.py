@@ -1,7 +1,7 @@
 """The transaction coordinator shard: a sans-IO state machine owning the transactional ids of
 one ``__transaction_state`` partition (Kafka's TransactionCoordinator + TransactionStateManager).
 
-Same contract as the group coordinator's shard (see `cohort.server.runtime`): ``handle(request,
+Same contract as the group coordinator's shard (see `cohort.coordinator_common.runtime`): ``handle(request,
 now)`` applies a write at once and returns its records; ``commit(offset)`` once they are durable,
 ``revert(offset)`` when they are lost; ``replay(record)`` and ``on_loaded(now)`` on load;
 ``expire(now)`` for the keyed timers; no clock, no I/O.

@@ -38,8 +38,8 @@ from cohort.protocol import DecodedRequest
 from cohort.protocol.entities import build, nested
 from cohort.protocol.records import CONTROL_FLAG, iter_batches
 from cohort.security import acls
-from cohort.server.runtime import CoordinatorRuntime, Failed, now_ms
-from cohort.server.waiters import AppendWaiters
+from cohort.coordinator_common.runtime import CoordinatorRuntime, Failed, now_ms
+from cohort.broker.waiters import AppendWaiters
 from cohort.share import state as share_state
 from cohort.share.partition import AckError, SharePartition, StateBatch, Transition
 from cohort.share.sessions import SessionError, ShareSession, ShareSessions
