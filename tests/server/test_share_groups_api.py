@@ -1,4 +1,7 @@
-"""ShareGroupHeartbeat (76) and ShareGroupDescribe (77) through the real server, over TCP."""
+"""Share groups over TCP with kio-encoded requests: ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch
+(78), ShareAcknowledge (79) and AlterShareGroupOffsets (91), their sessions, errors and ACLs."""
+
+import time
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -211,3 +214,28 @@ def test_share_fetch_sessions_acquisition_and_acknowledgement_over_the_wire(serv
     offsets = srv.call(lambda: srv.server.share_partitions.partitions)
     sp = next(sp for k, sp in offsets.items() if k.group_id == group)
     assert sp.start == 3  # 0-1 accepted, 2 rejected
+
+
+def test_a_closed_connection_releases_what_its_session_held(server):
+    from cohort.protocol.records import build_batch
+
+    srv = server
+    srv.call(lambda: srv.server.broker.create_topic("wire-close", 1))
+    tid = topic_id(srv, "wire-close")
+    group = "wire-close-g"
+    srv.call(lambda: srv.server.broker.produce("wire-close", 0, bytes(build_batch([(None, b"x")] * 4))))
+    with WireClient(srv.port) as c:
+        r = c.request(91, 0, req(91, 0, group_id=group, topics=(sub(91, 0, "topics", topic_name="wire-close", partitions=(
+            sub(91, 0, "topics", "partitions", partition_index=0, start_offset=0),)),)))
+        assert r.error_code == E.none
+    with WireClient(srv.port) as c:
+        assert acquired_ranges(share_fetch(c, group, "gone", 0, tid)) == [(0, 3, 1)]
+        # the lock is 30 s: only the disconnect can hand these over now
+    with WireClient(srv.port) as c:
+        deadline = time.monotonic() + 10
+        epoch, got = 0, []
+        while not got:
+            assert time.monotonic() < deadline
+            got = acquired_ranges(share_fetch(c, group, "next", epoch, tid))
+            epoch += 1
+        assert got == [(0, 3, 2)]
