@@ -35,6 +35,14 @@ def test_properties_file_then_overrides_then_flags(tmp_path):
     assert c["log.dir"] == "/from/flag" and c["listener.port"] == 1234 and c["socket.request.max.bytes"] == 2048
 
 
+def test_the_upstream_flag_is_upstream_bootstrap_servers():
+    c = resolve_config(parse(["--upstream", "kafka-1:9092, kafka-2:9093", "-o", "upstream.bootstrap.servers=x:1"]))
+    assert c["upstream.bootstrap.servers"] == "kafka-1:9092,kafka-2:9093"  # the flag wins, as the other flags do
+    for bad in ("kafka-1", "kafka-1:port", ":9092", ",", "kafka:70000"):
+        with pytest.raises(ConfigError, match="--upstream"):
+            resolve_config(parse(["--upstream", bad]))
+
+
 @pytest.mark.parametrize("override, message", [
     ("no.such.setting=1", "unknown setting 'no.such.setting'"),
     ("num.partitions=many", "num.partitions: expected an integer, got 'many'"),

@@ -25,6 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--port", type=int, help="listen port (listener.port, default 9092; 0 picks a free port)")
     p.add_argument("--advertised-host", help="host name given to clients (advertised.host)")
     p.add_argument("--data-dir", help="data directory (log.dir, default ./data)")
+    p.add_argument("--upstream", metavar="HOST:PORT[,HOST:PORT]",
+                   help="serve groups in front of this Kafka-compatible cluster (upstream.bootstrap.servers)")
     p.add_argument("--config", metavar="FILE", help="Kafka-style properties file")
     p.add_argument("-o", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                    help="override one setting (repeatable)")
@@ -41,10 +43,25 @@ def resolve_config(args: argparse.Namespace) -> Config:
         "listener.port": args.port,
         "advertised.host": args.advertised_host,
         "log.dir": args.data_dir,
+        "upstream.bootstrap.servers": _upstream(args.upstream),
     }
     resolved = config.replace({k: v for k, v in flags.items() if v is not None})
     resolved.unused = config.unused
     return resolved
+
+
+def _upstream(value: str | None) -> str | None:
+    """--upstream: a comma-separated list of HOST:PORT, checked here so a typo is a one-line error."""
+    if value is None:
+        return None
+    servers = [v.strip() for v in value.split(",") if v.strip()]
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"--upstream {value!r}: expected HOST:PORT[,HOST:PORT], got {server!r}")
+    if not servers:
+        raise ConfigError("--upstream: expected HOST:PORT[,HOST:PORT]")
+    return ",".join(servers)
 
 
 _SECRETS = ("sasl.jaas.config", "ssl.key.password", "ssl.keystore.key")
