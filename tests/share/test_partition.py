@@ -98,4 +98,23 @@ def test_a_loaded_state_keeps_finished_records_and_redelivers_holes():
                                      StateBatch(5, 8, ARCHIVED, 1)])
     assert (sp.start, sp.end) == (10, 16)
     got = sp.acquire("a", [(10, 19)], 0, 100, 100)
-    assert acquired(got) == [(10, 11, 1), (13, 13, 1), (14, 15, 4), (16, 19, 1)]
+    # 14-15 were delivered 3 times (limit 5): throttled, half of them go, and nothing after
+    assert acquired(got) == [(10, 11, 1), (13, 13, 1), (14, 14, 4)]
+
+
+def test_redelivery_is_throttled_as_records_near_their_limit():
+    """Kafka 4.2: from the 4th delivery (limit 5) a batch goes out halved, the 5th alone, and
+    nothing more is acquired in that fetch."""
+    sp = SharePartition(0, delivery_limit=5)
+    log = [(0, 7)]
+    for delivery in (1, 2, 3):
+        got = sp.acquire("a", log, 0, 100, 100)
+        assert got[0] == (0, 7, delivery)
+        sp.complete(sp.acknowledge("a", [(0, 7, (RELEASE,))]))
+    got = acquired(sp.acquire("a", log + [(8, 15)], 0, 100, 100))
+    assert got == [(0, 3, 4)]  # 8 available, delivered 3 times: half of them, and nothing after
+    sp.complete(sp.acknowledge("a", [(0, 3, (RELEASE,))]))
+    assert acquired(sp.acquire("b", log, 0, 100, 100)) == [(0, 0, 5)]  # its last attempt: alone
+    assert acquired(sp.acquire("b", log, 0, 100, 100)) == [(1, 1, 5)]
+    sp.complete(sp.acknowledge("b", [(0, 0, (RELEASE,)), (1, 1, (REJECT,))]))
+    assert sp.start == 2  # 0 out of deliveries, 1 rejected: both archived, and the start moved past them

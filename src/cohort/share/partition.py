@@ -155,10 +155,11 @@ class SharePartition:
             end = self.end
             if lo < end:  # records already in the window: the available ones again
                 hi = min(last, end - 1)
-                total += self._reacquire(member_id, lo, hi, deadline, aborted, acquired,
-                                         max_records - total if strict else None)
+                got, throttled = self._reacquire(member_id, lo, hi, deadline, aborted, acquired,
+                                                 max_records - total if strict else None)
+                total += got
                 lo = hi + 1
-                if strict and total >= max_records:
+                if throttled or (strict and total >= max_records):
                     break
             if lo > last:
                 continue
@@ -186,23 +187,41 @@ class SharePartition:
         return acquired
 
     def _reacquire(self, member_id: str, lo: int, hi: int, deadline: int, aborted: Sequence[tuple[int, int]],
-                   acquired: list[AcquiredRange], limit: int | None) -> int:
+                   acquired: list[AcquiredRange], limit: int | None) -> tuple[int, bool]:
+        """Acquire again the AVAILABLE records of [lo, hi]; (records acquired, whether throttling
+        ended this acquisition). Kafka 4.2's throttled redelivery: a record that has already been
+        delivered `max(2, ceil(limit / 2))` times goes out with fewer others each further time
+        (half as many per extra attempt, alone on its last attempt), and nothing is acquired after
+        it in the same fetch: a record that keeps failing ends up by itself, so that rejecting it
+        costs no other record a delivery."""
         state, count, start = self.state, self.count, self.start
+        threshold = max(2, -(-self.delivery_limit // 2))
         n = 0
+        throttled: int | None = None  # records still allowed once throttling began
         i = state.find(AVAILABLE, lo - start, hi - start + 1)
-        while i >= 0 and (limit is None or n < limit):
+        while i >= 0 and (limit is None or n < limit) and throttled != 0:
             offset = start + i
             if aborted and any(a <= offset <= b for a, b in aborted):
                 state[i] = ARCHIVED
             else:
+                if throttled is None and count[i] >= threshold:
+                    throttled = self._throttled_share(count[i], state.count(AVAILABLE, i, hi - start + 1), threshold)
                 state[i] = ACQUIRED
                 count[i] = min(count[i] + 1, 255)
                 self.owner[i] = member_id
                 self.deadline[i] = deadline
                 _add(acquired, offset, offset, count[i])
                 n += 1
+                if throttled is not None:
+                    throttled -= 1
             i = state.find(AVAILABLE, i + 1, hi - start + 1)
-        return n
+        return n, throttled is not None
+
+    def _throttled_share(self, delivered: int, available: int, threshold: int) -> int:
+        """How many records go out with one delivered `delivered` times already (>= threshold)."""
+        if self.delivery_limit > 2 and delivered >= self.delivery_limit - 1:
+            return 1  # its last attempt: alone
+        return max(1, available >> (delivered - threshold + 1))
 
     # ------------------------------------------------------------------ acknowledgement
 
