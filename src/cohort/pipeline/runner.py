@@ -75,7 +75,10 @@ def run_parsed(args, job: Callable[..., int]) -> int:
         try:
             return job(args)
         except Exception as e:
-            if _interrupted(e):  # a stop that a library turned into an error of its own
+            # A stop that a library turned into an error of its own; or any failure once a stop
+            # signal arrived (its interrupt broke a call that then failed otherwise: seen under
+            # load as a SIGINT during the session's start ended with exit 1, not 130).
+            if _interrupted(e) or caught.get("code"):
                 raise KeyboardInterrupt from e
             raise
     except KeyboardInterrupt:
