@@ -41,7 +41,8 @@ from cohort.coordinator.records import (
     ShareGroupTargetAssignmentMetadataValue,
 )
 from cohort.coordinator.requests import DescribedTopicPartitions
-from cohort.coordinator.share_group import ShareGroup, ShareGroupMember, assignment_of
+from cohort.coordinator.consumer_group import assignment_from
+from cohort.coordinator.share_group import ShareGroup, ShareGroupMember
 from cohort.coordinator.share_requests import (
     AlterSharePartitions,
     AlterSharePartitionsResponse,
@@ -228,7 +229,7 @@ def update_target(ctx: GroupContext, group: ShareGroup) -> None:
         subscriptions[member_id] = frozenset(ids)
     target = simple.assign(subscriptions, partitions, group.target_assignment)
     for member_id in sorted(target):
-        new = assignment_of(target[member_id])
+        new = assignment_from(target[member_id])
         if group.target_assignment.get(member_id, EMPTY_ASSIGNMENT) != new or member_id not in group.target_assignment:
             ctx.append(ShareGroupTargetAssignmentMemberKey(gid, member_id), ShareGroupTargetAssignmentMemberValue(new))
     ctx.append(ShareGroupTargetAssignmentMetadataKey(gid), ShareGroupTargetAssignmentMetadataValue(epoch))
@@ -240,7 +241,7 @@ def reconcile(ctx: GroupContext, group: ShareGroup, member: ShareGroupMember) ->
     image = ctx.image
     subscribed = {image.by_name[n].topic_id for n in member.subscribed_topic_names if n in image.by_name}
     target = group.target_assignment.get(member.member_id, EMPTY_ASSIGNMENT)
-    assigned = assignment_of({t: ps for t, ps in target.items() if t in subscribed})
+    assigned = assignment_from({t: ps for t, ps in target.items() if t in subscribed})
     updated = member._replace(member_epoch=group.assignment_epoch, previous_member_epoch=member.member_epoch,
                               state=MemberState.STABLE, assigned_partitions=assigned)
     if updated != member:

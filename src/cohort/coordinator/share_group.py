@@ -10,7 +10,6 @@ returns the inverse record so a shard can undo an uncommitted write.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from cohort.coordinator.errors import IllegalStateError
@@ -194,10 +193,3 @@ class ShareGroups:
         else:
             raise IllegalStateError(f"cannot replay share-group record key {key!r}")
         return (Record(key, inverse), created) if track else (None, created)
-
-
-def assignment_of(partitions: Mapping[uuid.UUID, Iterable[int]]) -> Assignment:
-    """Canonical form: topic id -> ascending tuple, empty topics dropped."""
-    if not partitions:
-        return EMPTY_ASSIGNMENT
-    return {t: tuple(sorted(set(ps))) for t, ps in partitions.items() if ps}

@@ -163,10 +163,7 @@ class _OffsetsApis:
             return top(*coordinator.unserved(group_id))
         return None
 
-    def alter_share_group_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
-        return self._alter_offsets(ctx, req)
-
-    async def _alter_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+    async def alter_share_group_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp = req.body, req.codec.response_type
         topic_cls = nested(resp, "responses")
         part_cls = nested(topic_cls, "partitions")
@@ -215,10 +212,7 @@ class _OffsetsApis:
                              partitions=tuple(parts)) for name, parts in by_topic.items())
         return build(resp, throttle_time=ZERO, error_code=E.none, responses=topics)
 
-    def delete_share_group_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
-        return self._delete_offsets(ctx, req)
-
-    async def _delete_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+    async def delete_share_group_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp = req.body, req.codec.response_type
         topic_cls = nested(resp, "responses")
         gid = body.group_id
@@ -277,6 +271,7 @@ class SharePartitionManager(_OffsetsApis):
         self.partitions: dict[Key, SharePartition] = {}
         self._loading: dict[Key, asyncio.Future] = {}
         self._locks: list[tuple[int, Key]] = []  # heap: (earliest lock deadline, share-partition)
+        self._lock_due: dict[Key, int] = {}  # share-partition -> the deadline its heap entry wakes at
         self._lock_wake = asyncio.Event()
         self._waiters = AppendWaiters()  # share fetches waiting on (topic, partition): appends, releases
         self.runtimes: list[CoordinatorRuntime] = []
@@ -422,11 +417,18 @@ class SharePartitionManager(_OffsetsApis):
     # --- lock timeouts -----------------------------------------------------------------------
 
     def _watch_locks(self, key: Key, sp: SharePartition) -> None:
+        """Make sure the lock loop wakes by the share-partition's earliest lock deadline (one timer
+        entry per share-partition and deadline, not one per fetch)."""
         deadline = sp.next_lock_deadline()
-        if deadline is not None:
-            heapq.heappush(self._locks, (deadline, key))
-            if self._locks[0][1] == key:
-                self._lock_wake.set()
+        if deadline is None:
+            return
+        due = self._lock_due.get(key)
+        if due is not None and due <= deadline:
+            return  # an earlier wake-up is already set: it looks again then
+        self._lock_due[key] = deadline
+        heapq.heappush(self._locks, (deadline, key))
+        if self._locks[0][1] == key:
+            self._lock_wake.set()
 
     async def _lock_loop(self) -> None:
         while self.loaded:
@@ -438,7 +440,10 @@ class SharePartitionManager(_OffsetsApis):
                 pass
             now = now_ms()
             while self._locks and self._locks[0][0] <= now:
-                _, key = heapq.heappop(self._locks)
+                deadline, key = heapq.heappop(self._locks)
+                if self._lock_due.get(key) != deadline:
+                    continue  # replaced by an earlier wake-up, which has run
+                del self._lock_due[key]
                 sp = self.partitions.get(key)
                 if sp is None:
                     continue
@@ -505,13 +510,12 @@ class SharePartitionManager(_OffsetsApis):
         return True
 
     async def _acknowledge(self, ctx: "RequestContext", group_id: str, member_id: str, topics: Any, version: int,
-                           renew: bool) -> dict[tuple[uuid.UUID, int], int]:
+                           renew: bool, lock_ms: int) -> dict[tuple[uuid.UUID, int], int]:
         """Apply the acknowledgements of a request; {(topic id, partition): error code}, answered
-        once their state is durable."""
+        once their state is durable. `lock_ms`: the group's lock duration (for RENEW)."""
         results: dict[tuple[uuid.UUID, int], int] = {}
         pending: list[tuple[Key, SharePartition, Transition]] = []
         now = now_ms()
-        lock_ms = self._lock_ms(group_id)
         by_partition: dict[tuple[uuid.UUID, int], list] = {}
         for t in topics:  # a topic may be named twice (librdkafka does): its batches together
             for p in t.partitions:
@@ -563,10 +567,7 @@ class SharePartitionManager(_OffsetsApis):
 
     # --- ShareFetch (78) -----------------------------------------------------------------------
 
-    def share_fetch(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
-        return self._share_fetch(ctx, req)
-
-    async def _share_fetch(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+    async def share_fetch(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp, version = req.body, req.codec.response_type, req.version
         group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
 
@@ -580,6 +581,8 @@ class SharePartitionManager(_OffsetsApis):
             return top(E.group_authorization_failed)
         if not self.loaded:
             return top(E.coordinator_load_in_progress, LOADING)
+        config = self._group_config(group_id)  # read once per request
+        lock_ms = config.share_record_lock_duration(self.server.group_coordinator.config)  # type: ignore[attr-defined]
         renew = bool(getattr(body, "is_renew_ack", False))
         max_wait = body.max_wait.total_seconds()
         has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
@@ -612,8 +615,8 @@ class SharePartitionManager(_OffsetsApis):
         except SessionError as exc:
             return top(exc.code, exc.message)
 
-        acks = await self._acknowledge(ctx, group_id, member_id, body.topics, version, renew) if has_acks else {}
-        lock_ms = self._lock_ms(group_id)
+        acks = await self._acknowledge(ctx, group_id, member_id, body.topics, version, renew,
+                                       lock_ms) if has_acks else {}
         if epoch == -1:
             self._release_session(session)
             return self._fetch_response(resp, {}, acks, [], lock_ms)
@@ -622,7 +625,7 @@ class SharePartitionManager(_OffsetsApis):
         if not renew and body.max_records > 0 and body.max_bytes > 0:
             deadline = asyncio.get_running_loop().time() + max_wait
             while True:
-                fetched, errors, nbytes, keys = await self._acquire(ctx, session, body)
+                fetched, errors, nbytes, keys = await self._acquire(ctx, session, body, config, lock_ms)
                 remaining = deadline - asyncio.get_running_loop().time()
                 if nbytes >= max(body.min_bytes, 1) or errors or remaining <= 0 or not keys \
                         or self.sessions.sessions.get((group_id, member_id)) is not session:
@@ -631,7 +634,8 @@ class SharePartitionManager(_OffsetsApis):
         answer_all = list(session.partitions) if fresh else []
         return self._fetch_response(resp, fetched, acks, answer_all, lock_ms, errors)
 
-    async def _acquire(self, ctx: "RequestContext", session: ShareSession, body: Any) -> tuple[dict, dict, int, list]:
+    async def _acquire(self, ctx: "RequestContext", session: ShareSession, body: Any, config: Any,
+                       lock_ms: int) -> tuple[dict, dict, int, list]:
         """One pass over the session's partitions: (records and acquired ranges, errors, bytes, wait keys)."""
         fetched: dict[tuple[uuid.UUID, int], tuple[bytes, list]] = {}
         errors: dict[tuple[uuid.UUID, int], int] = {}
@@ -640,9 +644,7 @@ class SharePartitionManager(_OffsetsApis):
         max_records = body.max_records
         total = records = 0
         group_id, member_id = session.group_id, session.member_id
-        config = self._group_config(group_id)
         read_committed = config.share_isolation_level == "read_committed"
-        lock_ms = self._lock_ms(group_id)
         order = list(session.partitions)
         if order:
             shift = session.rotation % len(order)
@@ -756,10 +758,7 @@ class SharePartitionManager(_OffsetsApis):
 
     # --- ShareAcknowledge (79) ---------------------------------------------------------------
 
-    def share_acknowledge(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
-        return self._share_acknowledge(ctx, req)
-
-    async def _share_acknowledge(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+    async def share_acknowledge(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp, version = req.body, req.codec.response_type, req.version
         group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
         lock_ms = 0
@@ -788,7 +787,7 @@ class SharePartitionManager(_OffsetsApis):
                     session.partitions[(t.topic_id, p.partition_index)] = None
             ShareSessions.advance(session)
         results = await self._acknowledge(ctx, group_id, member_id, body.topics, version,
-                                          bool(getattr(body, "is_renew_ack", False)))
+                                          bool(getattr(body, "is_renew_ack", False)), lock_ms)
         if epoch == -1:
             self._release_session(session)
         topic_cls = nested(resp, "responses")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from cohort.coordinator.requests import Result
+from cohort.protocol.writers import uvarint
 from cohort.share.partition import AVAILABLE, StateBatch
 
 SNAPSHOT_TYPE, UPDATE_TYPE = 0, 1
@@ -164,9 +165,6 @@ class ShareCoordinatorShard:
                 return previous
         return self.state.get(key)
 
-    def keys(self, group_id: str) -> list[ShareStateKey]:
-        return [k for k in self.state if k.group_id == group_id]
-
     def replay(self, record: Record) -> None:
         self._set(record.key, record.value)
         self.last_written_offset += 1
@@ -245,7 +243,7 @@ def encode(record: Record) -> tuple[bytes, bytes | None]:
     out = bytearray(_SNAPSHOT_HEAD.pack(0, value.snapshot_epoch, value.state_epoch, value.leader_epoch,
                                         value.start_offset))
     out += _TIMES.pack(value.create_timestamp, value.write_timestamp)
-    _uvarint(out, len(value.batches) + 1)
+    out += uvarint(len(value.batches) + 1)
     for b in value.batches:
         out += _BATCH.pack(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
         out.append(0)
@@ -299,13 +297,6 @@ def decode(key: bytes | None, value: bytes | None, transaction: object = None) -
         if isinstance(exc, ShareRecordError):
             raise
         raise ShareRecordError(f"malformed share coordinator record: {exc}") from None
-
-
-def _uvarint(out: bytearray, n: int) -> None:
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
 
 
 def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
