@@ -189,6 +189,10 @@ def test_every_subcommand_runs_against_a_broker_from_a_plain_install(venv, tmp_p
         assert run("share-groups", "describe", *b, "--group", "sq").stdout.splitlines()[1].split()[:4] == ["sq", "p", "0", "0"]
         run("share-groups", "delete-offsets", *b, "--group", "sq", "--topic", "p")
         run("share-groups", "delete", *b, "--group", "sq")
+        # this broker fronts no cohort cluster: a one-line answer saying so
+        alone = run("cluster", "describe", *b, code=1)
+        assert alone.stderr == ("cohort cluster describe: error: no cohort cluster cohort on this upstream (no members "
+                                "in group cohort-cohort, no topic __cohort_groups)\n")
         run("topics", "delete", *b, "--topic", "p")
         for job in ("simulate", "evaluate", "lag"):
             refused = run("pipeline", job, "--help")  # the parser works without pyspark ...

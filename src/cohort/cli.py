@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from cohort import __version__
 from cohort.pipeline import cli as pipeline_cli
 from cohort.server import cli as serve_cli
-from cohort.tooling import (configs_cli, console_cli, groups_cli, security_cli, share_groups_cli, topics_cli,
-                            transactions_cli)
+from cohort.tooling import (cluster_cli, configs_cli, console_cli, groups_cli, security_cli, share_groups_cli,
+                            topics_cli, transactions_cli)
 
 EXIT_USAGE = 2
 
@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_cli.add_parser(sub)
     groups_cli.add_parser(sub)
     share_groups_cli.add_parser(sub)
+    cluster_cli.add_parser(sub)
     topics_cli.add_parser(sub)
     configs_cli.add_parser(sub)
     console_cli.add_parser(sub)

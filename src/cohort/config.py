@@ -195,7 +195,9 @@ declare("log.cleaner.delete.retention.ms", int, 86400000, "Compaction keeps a to
         "`delete.retention.ms` overrides it.", minimum=0, group="log", dynamic=True)
 declare("offsets.topic.num.partitions", int, 1, "Shards of the group coordinator: partitions of "
         "`__consumer_offsets`, each with its own log, state and load; a group lives in the one Kafka's hash of its id "
-        "picks. Read when the topic is created (as in Kafka): changing it later keeps the existing partition count.",
+        "picks. Read when the topic is created (as in Kafka): changing it later keeps the existing partition count. In "
+        "front of an upstream, unset: 12, or the count of `upstream.groups.topic` if it exists; set to another count "
+        "than that topic's, the instance refuses to serve.",
         minimum=1, maximum=1000, group="log")
 declare("transaction.state.log.num.partitions", int, 1, "Shards of the transaction coordinator: partitions "
         "of `__transaction_state`; a transactional id lives in the one Kafka's hash of it picks. Read when the "
@@ -210,8 +212,8 @@ declare("upstream.bootstrap.servers", str, "", "An existing Kafka-compatible clu
         "shard that fences any previous owner. Empty: the local log. Any other `upstream.<name>` is passed to the "
         "upstream client as librdkafka setting `<name>` (for example `upstream.security.protocol`).", group="upstream")
 declare("upstream.groups.topic", str, "__cohort_groups", "The upstream topic holding the group coordinator's "
-        "records: created compacted with `offsets.topic.num.partitions` partitions if missing, and must have "
-        "exactly that many.", group="upstream")
+        "records: created compacted with `offsets.topic.num.partitions` partitions if missing; an existing one "
+        "decides the number of shards.", group="upstream")
 declare("upstream.groups.replication.factor", int, -1, "Replication factor of `upstream.groups.topic` when "
         "cohort creates it (-1: the upstream's default).", minimum=-1, maximum=32767, group="upstream")
 declare("upstream.cluster.name", str, "cohort", "Names this cohort cluster on the upstream: shard k is owned "
@@ -226,9 +228,11 @@ declare("upstream.forward", bool, True, "With `upstream.bootstrap.servers`: forw
 declare("upstream.broker.port.base", int, 0, "The upstream broker with node id N is reached through cohort's "
         "port base + N (the same on every restart and every instance, as clients cache addresses); 0: a free "
         "port each.", minimum=0, maximum=65535, group="upstream")
-declare("upstream.coordinator.node.id", int, 1000000, "The node id clients see for cohort's group "
-        "coordinator in front of an upstream; it must not be one of the upstream's node ids, and each instance of "
-        "a cohort cluster needs its own.", minimum=0, group="upstream")
+declare("upstream.coordinator.node.id", int, -1, "The node id clients see for cohort's group coordinator in "
+        "front of an upstream. -1: chosen automatically, the smallest from 1000000 up that no other instance of the "
+        "cohort cluster and no upstream broker uses, and kept in the data dir for the next start. Set: it must not be "
+        "an upstream node id, and an instance whose id another live instance holds refuses to serve.", minimum=-1,
+        group="upstream")
 declare("upstream.membership", bool, True, "In front of an upstream (`upstream.forward`): the instances of one "
         "cohort cluster (`upstream.cluster.name`) share the group coordinator's shards through a classic consumer "
         "group on the upstream, `cohort-<name>`, whose assignment gives each instance its shards (docs/upstream.md). "
@@ -285,6 +289,10 @@ class Config(Mapping[str, Any]):
             if setting is None:
                 raise
             return setting.default
+
+    def is_set(self, name: str) -> bool:
+        """Whether ``name`` was given (file, environment, -o) rather than left at its default."""
+        return name in self._explicit
 
     def for_listener(self, listener: str, name: str, mechanism: str | None = None) -> Any:
         """A setting as one listener sees it: ``listener.name.<listener>.<mechanism>.<name>``,

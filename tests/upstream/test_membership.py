@@ -9,7 +9,8 @@ from cohort.upstream.membership import ClusterView, Instance, membership_group
 hosts = st.from_regex(r"[a-z0-9][a-z0-9.-]{0,30}", fullmatch=True)
 ports = st.integers(1, 65535)
 instances = st.builds(Instance, st.integers(0, 2**31 - 1), hosts, ports,
-                      st.dictionaries(st.integers(0, 2**31 - 1), ports, max_size=5))
+                      st.dictionaries(st.integers(0, 2**31 - 1), ports, max_size=5),
+                      st.uuids().map(lambda u: u.hex), st.booleans())
 
 
 @given(instances)
@@ -18,7 +19,8 @@ def test_an_instance_reads_back_from_its_client_id(instance):
 
 
 def test_other_client_ids_are_not_instances():
-    for foreign in ("rdkafka", "", "cohort", "cohort;x;h;1;", "cohort;1;h;1;2:x", "other;1;h;1;", "cohort;1;h;1;;"):
+    for foreign in ("rdkafka", "", "cohort", "cohort;x;h;1;", "cohort;1;h;1;2:x", "other;1;h;1;", "cohort;1;h;1;;",
+                    "cohort;1;h;1;;abc"):
         assert Instance.parse(foreign) is None, foreign
     assert membership_group("payments") == "cohort-payments"
 
@@ -52,3 +54,20 @@ def test_a_restarted_instance_and_its_predecessor_share_a_node_id_until_the_old_
     assert view.owner(0) == old and view.instances == (old,)  # the shardless newcomer waits its turn
     view = ClusterView.of([(old.client_id(), []), (new.client_id(), [0])])
     assert view.owner(0) == new
+
+
+def test_an_instance_from_before_automatic_ids_reads_as_a_set_id():
+    old = Instance.parse("cohort;1000000;h;9092;1:9101")
+    assert old == Instance(1000000, "h", 9092, {1: 9101}, "", True)
+
+
+def test_the_view_lists_every_member_sharing_a_node_id():
+    a = Instance(1000000, "a", 1, {}, "a" * 32, False)
+    b = Instance(1000000, "b", 2, {}, "b" * 32, False)
+    c = Instance(1000001, "c", 3, {}, "c" * 32, True)
+    view = ClusterView.of([(a.client_id(), []), (b.client_id(), [0]), (c.client_id(), [1])])
+    assert view.instances == (b, c)  # clients are sent to the one holding shards
+    assert view.sharing(a.instance_id, 1000000) == [b]
+    assert view.sharing(b.instance_id, 1000000) == [a]
+    assert view.sharing(c.instance_id, 1000001) == []
+    assert view.shards_of(1000000) == [0] and view.shards_of(1000001) == [1]

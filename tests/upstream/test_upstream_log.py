@@ -20,7 +20,7 @@ def client(upstream) -> dict:
 
 def fresh_topic(upstream, partitions: int = 1) -> str:
     topic = f"__cohort_groups_{uuid.uuid4().hex[:8]}"
-    assert ensure_topic(client(upstream), topic, partitions, -1, 20)
+    assert ensure_topic(client(upstream), topic, partitions, -1, 20) == (True, partitions)
     return topic
 
 
@@ -146,11 +146,10 @@ def test_a_client_transactional_batch_is_refused_at_once(upstream):
     run(scenario())
 
 
-def test_the_topic_must_have_one_partition_per_shard(upstream):
+def test_an_existing_topic_keeps_its_partition_count(upstream):
     topic = fresh_topic(upstream, 2)
-    assert not ensure_topic(client(upstream), topic, 2, -1, 20)  # found, not created
-    with pytest.raises(UpstreamLogError, match="has 2 partitions but the group coordinator has 3 shards"):
-        ensure_topic(client(upstream), topic, 3, -1, 20)
+    assert ensure_topic(client(upstream), topic, 2, -1, 20) == (False, 2)  # found, not created
+    assert ensure_topic(client(upstream), topic, 3, -1, 20) == (False, 2)  # the caller adopts it or refuses
 
 
 def test_an_unreachable_upstream_is_a_one_line_error():

@@ -391,9 +391,10 @@ class CoordinatorRuntime:
         return fut
 
     def _appended(self, entry: _Append, fut: asyncio.Future) -> None:
+        failed = fut.cancelled() or fut.exception() is not None  # retrieved even when it is no news
         if entry.durable.done():
             return  # already reverted
-        if fut.cancelled() or fut.exception() is not None:
+        if failed:
             log.error("%s: coordinator log write failed: %s", self.name, None if fut.cancelled() else fut.exception())
             self._revert_inflight()
             return

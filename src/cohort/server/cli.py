@@ -133,10 +133,16 @@ async def serve(config: Config) -> int:
             print(f"cohort: http on {server.http_address[0] or '*'}:{server.http.port}", flush=True)
         print(f"cohort: listening on {server.host}:{server.port}", flush=True)
         server.spawn(_freeze_after_load(server))
-        await stop.wait()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.failed.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
         logging.getLogger("cohort.server").info("shutting down")
     finally:
         await server.stop()
+    if server.failure is not None:
+        print(f"cohort serve: {server.failure}", file=sys.stderr)
+        return 2
     return 0
 
 

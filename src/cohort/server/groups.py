@@ -245,6 +245,11 @@ def install(server: "Server") -> None:
 
 
 UPSTREAM_RETRY_S = 2  # pause between attempts to reach an upstream that did not answer
+# Shards of a cohort cluster unless offsets.topic.num.partitions is set (Kafka's default is 50).
+# Each shard costs an instance a transactional producer on the upstream and a load when it moves;
+# 12 splits evenly over 1, 2, 3, 4 and 6 instances and within one shard over 5, and a handful of
+# instances is what one upstream's group coordinator tier needs.
+UPSTREAM_SHARDS = 12
 PLACEMENT_CACHE = 100_000  # group ids whose shard is remembered (cleared when full: ids are client input)
 
 
@@ -284,9 +289,9 @@ class GroupCoordinator:
         self.upstream: dict | None = None  # the upstream client's settings when the records live there
         if server.config["upstream.bootstrap.servers"]:
             self.upstream = upstream_client_settings(server.config)
-            logs = upstream.group_logs(self.upstream, server.config["upstream.groups.topic"],
-                                       server.config["upstream.cluster.name"], len(logs),
-                                       server.config["upstream.request.timeout.ms"] / 1000)
+            # The shards' topic on the upstream decides their number once it exists (`load`).
+            logs = self._upstream_logs(server.config["offsets.topic.num.partitions"]
+                                       if server.config.is_set("offsets.topic.num.partitions") else UPSTREAM_SHARDS)
         # Shared: the instances of a cohort cluster split the shards through the upstream's group
         # membership (`cohort.upstream.membership`); a shard is served once assigned here.
         self.shared = bool(self.upstream) and server.config["upstream.forward"] and server.config["upstream.membership"]
@@ -296,6 +301,21 @@ class GroupCoordinator:
         self._taking: dict[int, asyncio.Task] = {}  # shard -> its load after being assigned here
         self._handing_over: dict[int, asyncio.Event] = {}  # shard -> set once its hand-over is over
         self._assignors = assignors
+        self._build(logs)
+        self.names = wire.TopicNames(self.topic_source.topic_by_id, self.topic_source.topics.get)
+        # Called with the ids of groups DeleteGroups deleted, before it answers (share state).
+        self.deleted_hooks: list[Callable[[list[str]], Any]] = []
+
+    def _upstream_logs(self, shards: int) -> list:
+        config = self.server.config
+        return upstream.group_logs(self.upstream, config["upstream.groups.topic"], config["upstream.cluster.name"],
+                                   shards, config["upstream.request.timeout.ms"] / 1000)
+
+    def _build(self, logs: list) -> None:
+        """One runtime per shard log (again when the upstream topic has another count: nothing
+        is served from the first ones, `load` decides before any shard is)."""
+        server = self.server
+        self.runtimes = []
         for p, clog in enumerate(logs):
             shard = self._new_shard()
             self.runtimes.append(CoordinatorRuntime(
@@ -316,9 +336,6 @@ class GroupCoordinator:
         self._stale = set(range(len(self.runtimes)))  # shards whose topic image is out of date
         self._image: tuple[int, MetadataImage] | None = None  # (broker topic version, image) last built
         self._hb = {}  # version -> HeartbeatEncoder
-        self.names = wire.TopicNames(self.topic_source.topic_by_id, self.topic_source.topics.get)
-        # Called with the ids of groups DeleteGroups deleted, before it answers (share state).
-        self.deleted_hooks: list[Callable[[list[str]], Any]] = []
 
     def _new_shard(self) -> GroupCoordinatorShard:
         if self.snapshots is None:
@@ -401,7 +418,8 @@ class GroupCoordinator:
             return counts
 
         if self.upstream is not None:
-            await self._upstream_topic()
+            if not await self._upstream_topic():
+                return
             self.topic_ready.set()
             if self.shared:
                 return  # each shard loads once the cohort cluster assigns it here (`acquire`)
@@ -489,22 +507,33 @@ class GroupCoordinator:
         if self.upstream is not None:
             await asyncio.gather(*(r.log.close() for r in self.runtimes), return_exceptions=True)
 
-    async def _upstream_topic(self) -> None:
+    async def _upstream_topic(self) -> bool:
         """The upstream topic of the shards exists, compacted, with one partition per shard;
-        retried until the upstream answers (the groups answer COORDINATOR_LOAD_IN_PROGRESS)."""
+        retried until the upstream answers (the groups answer COORDINATOR_LOAD_IN_PROGRESS).
+        An existing topic decides the shard count, unless this instance was given another one:
+        then it refuses to serve (False), as its groups would live in other shards than the
+        other instances say."""
         config = self.server.config
         topic = config["upstream.groups.topic"]
         while True:
             try:
-                created = await asyncio.get_running_loop().run_in_executor(
+                created, count = await asyncio.get_running_loop().run_in_executor(
                     None, upstream.ensure_topic, self.upstream, topic, len(self.runtimes),
                     config["upstream.groups.replication.factor"], config["upstream.request.timeout.ms"] / 1000)
                 break
             except upstream.UpstreamLogError as exc:
                 log.error("%s; retrying in %d s", exc, UPSTREAM_RETRY_S)
                 await asyncio.sleep(UPSTREAM_RETRY_S)
-        log.info("group coordinator records on upstream %s, topic %s (%s)", self.upstream["bootstrap.servers"],
-                 topic, "created" if created else "found")
+        if count != len(self.runtimes):
+            if config.is_set("offsets.topic.num.partitions"):
+                self.server.fail(f"offsets.topic.num.partitions is {len(self.runtimes)} but the cohort cluster's "
+                                 f"shards are the {count} partitions of {topic} on the upstream: set it to {count} "
+                                 "on every instance, or leave it unset")
+                return False
+            self._build(self._upstream_logs(count))
+        log.info("group coordinator records on upstream %s, topic %s (%s, %d shards)",
+                 self.upstream["bootstrap.servers"], topic, "created" if created else "found", count)
+        return True
 
     async def _load_retrying(self, runtime: CoordinatorRuntime) -> tuple[int, int]:
         """Load a shard from the upstream, again after a pause while the upstream cannot serve it."""

@@ -65,6 +65,7 @@ class HttpListener:
         app.router.add_get("/api/groups/{group_id}", self.api_group)
         app.router.add_get("/api/topics", self.api_topics)
         app.router.add_get("/api/share-groups", self.api_share_groups)
+        app.router.add_get("/api/cluster", self.api_cluster)
         app.router.add_get("/", self.dashboard)
         self.app = app
 
@@ -155,6 +156,13 @@ class HttpListener:
         if share is None or not share.loaded:
             return _json({"loaded": False, "groups": []})
         return _json({"loaded": True, "time_ms": int(time.time() * 1000), "groups": share.group_views()})
+
+    async def api_cluster(self, request: web.Request) -> web.Response:
+        """The cohort cluster in front of an upstream: instances, node ids, endpoints, shards."""
+        proxy = getattr(self.server, "upstream_proxy", None)
+        if proxy is None:
+            return _json({"upstream": False, "instances": []})
+        return _json({"upstream": True, **proxy.cohort_cluster()})
 
     async def dashboard(self, request: web.Request) -> web.Response:
         page = importlib.resources.files("cohort.tooling").joinpath("dashboard.html").read_text("utf-8")

@@ -87,6 +87,9 @@ class Server:
         self.waiters = AppendWaiters()
         self.broker.append_listeners.append(self.waiters.notify)
         self.startup_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.failure: str | None = None  # why the server refuses to go on (`fail`)
+        self._stopping = False
+        self.failed = asyncio.Event()
         self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task] = set()
@@ -183,6 +186,8 @@ class Server:
     async def open_listener(self, listener: Listener) -> int:
         """Listen on ``listener`` (with its TLS context, if it has one); returns its port. Also
         used while running, for the plain listeners the upstream plugin adds."""
+        if self._stopping:
+            raise OSError(f"listener {listener.name}: the server is stopping")
         srv = await asyncio.start_server(functools.partial(self._on_connection, listener=listener),
                                          listener.host or None, listener.port, limit=_SMALL_FRAME, reuse_address=True,
                                          ssl=self._tls.get(listener.name))
@@ -237,7 +242,15 @@ class Server:
         task.add_done_callback(self._background.discard)
         return task
 
+    def fail(self, reason: str) -> None:
+        """A condition the server must not serve under (a misconfigured cohort cluster): logged,
+        and `cohort serve` stops with ``reason`` as its one-line error."""
+        log.error("%s", reason)
+        self.failure = reason
+        self.failed.set()
+
     async def stop(self) -> None:
+        self._stopping = True
         for srv in self._servers:
             srv.close()
         if self.http is not None:
@@ -259,6 +272,7 @@ class Server:
                 fut.cancel()
             await asyncio.gather(*left, return_exceptions=True)
         for srv in self._servers:
+            srv.close()  # again: one opened while the first ones closed (the upstream's ports) too
             await srv.wait_closed()
         self._servers = []
         self._executor.shutdown(wait=True)

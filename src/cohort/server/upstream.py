@@ -45,7 +45,9 @@ from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unpref
 from cohort.server.listeners import Listener
 from cohort.upstream.cluster import UpstreamCluster
 from cohort.upstream.forward import BrokerConnection, ConnectionRoutes, UpstreamGone, produce_acks
-from cohort.upstream.membership import ClusterView, Instance, Membership
+from cohort.upstream import identity
+from cohort.upstream.admin import GroupAdmin
+from cohort.upstream.membership import ClusterView, Instance, Membership, describe_error, membership_group, read_view
 from cohort.upstream.mirror import OffsetMirror
 
 if TYPE_CHECKING:
@@ -62,6 +64,9 @@ VERSION_CAPS = {PRODUCE: 9, FETCH: 15}  # NodeEndpoints (KIP-951) above these
 GROUP_KEY = 0
 GROUP_CONFIG_APIS, GROUP_RESOURCE = frozenset({32, 33, 44}), 32  # Describe-, Alter-, IncrementalAlterConfigs; GROUP
 TOPIC_CHANGES = frozenset({19, 20, 37})  # CreateTopics, DeleteTopics, CreatePartitions: read topics again
+SETTLE_RETRY_S = 1.0  # how often the cohort cluster's group is read while settling a node id
+SETTLE_READ_TIMEOUT_S = 5.0  # one such read (short: a stop waits for the one in flight)
+DUPLICATE_GRACE_S = 2.0  # beyond the membership session: time for a dead holder of a set node id to leave
 
 
 def install(server: "Server") -> None:
@@ -83,7 +88,7 @@ def install(server: "Server") -> None:
     server.frame_router = proxy.route
     server.group_coordinator_locator = proxy.group_coordinator
     server.connection_closed.append(proxy.closed)
-    server.broker.node_id = config["upstream.coordinator.node.id"]
+    server.broker.node_id = proxy.coordinator_id
     server.apis.register(API_VERSIONS, proxy.api_versions)
     server.startup_hooks.append(proxy.run)
 
@@ -95,7 +100,15 @@ class UpstreamProxy:
         self.client = upstream_client_settings(config)
         self.cluster = UpstreamCluster(self.client, frozenset({config["upstream.groups.topic"]}),
                                        timeout_s=config["upstream.request.timeout.ms"] / 1000)
-        self.coordinator_id = config["upstream.coordinator.node.id"]
+        # This instance's coordinator node id: set, or chosen once the cohort cluster's members
+        # are known (`_settle_node_id`); until then a provisional one that Metadata does not list.
+        self.identity = identity.load(server.broker.data_dir)
+        self.explicit = config[identity.SETTING] >= 0
+        self.coordinator_id = (config[identity.SETTING] if self.explicit else
+                               self.identity.node_id if self.identity.node_id is not None else identity.FIRST_NODE_ID)
+        self.settled = self.explicit or not (config["upstream.forward"] and config["upstream.membership"])
+        if self.settled and not self.explicit and self.identity.node_id != self.coordinator_id:
+            self._keep_node_id(self.coordinator_id)
         self.port_base = config["upstream.broker.port.base"]
         self.refresh_s = config["upstream.metadata.refresh.ms"] / 1000
         self.node_ports: dict[int, int] = {}  # upstream node id -> cohort's port for it
@@ -156,26 +169,102 @@ class UpstreamProxy:
 
     async def _join(self) -> None:
         """Shared: once the upstream's brokers have their ports here and the shards' topic exists,
-        join the cohort cluster's group on the upstream; its assignment says which shards to serve."""
+        join the cohort cluster's group on the upstream; its assignment says which shards to serve.
+        The node id is settled first, and chosen again if another instance turns out to share it."""
         groups = self.server.group_coordinator  # type: ignore[attr-defined]
         if not groups.shared:
             return
         await self.ready.wait()
         await groups.topic_ready.wait()
-        if groups.closing:  # stopped while starting: joining now would leave a member nobody stops
-            return
         config = self.server.config
-        host, port = self.server.endpoint(self.server.listeners[0])
-        me = Instance(self.coordinator_id, host, port, dict(self.node_ports))
-        self.membership = Membership(
-            self.client, config["upstream.cluster.name"], config["upstream.groups.topic"], me,
-            acquire=groups.acquire, release=groups.release,
-            session_timeout_ms=config["upstream.membership.session.timeout.ms"], timeout_s=self.cluster_timeout_s)
-        groups.membership = self.membership
-        self.membership.start()
-        log.info("joining cohort cluster %s on the upstream as coordinator node %d", self.membership.group,
-                 self.coordinator_id)
-        await self.membership.follow()
+        while not groups.closing:  # stopped while starting: joining now would leave a member nobody stops
+            try:
+                node = await self._settle_node_id()
+            except identity.DuplicateNodeId as exc:
+                self.server.fail(str(exc))
+                return
+            if groups.closing:
+                return
+            host, port = self.server.endpoint(self.server.listeners[0])
+            me = Instance(node, host, port, dict(self.node_ports), self.identity.instance_id, self.explicit)
+            self.membership = Membership(
+                self.client, config["upstream.cluster.name"], config["upstream.groups.topic"], me,
+                acquire=groups.acquire, release=groups.release,
+                session_timeout_ms=config["upstream.membership.session.timeout.ms"], timeout_s=self.cluster_timeout_s)
+            groups.membership = self.membership
+            self.membership.start()
+            log.info("joining cohort cluster %s on the upstream as coordinator node %d", self.membership.group, node)
+            shared_with = await self.membership.follow(self._conflict)
+            if shared_with is None:
+                return
+            await self.membership.stop()  # gives its shards back first
+            if self.explicit:
+                self.server.fail(self._duplicate(node, shared_with))
+                return
+            log.warning("coordinator node id %d is also %s's; choosing another", node, shared_with)
+
+    async def _settle_node_id(self) -> int:
+        """The node id to join with. Set: once no other live instance holds it (a predecessor
+        with another data dir leaves when its session times out), else DuplicateNodeId. Chosen:
+        the persisted one if free, else the smallest free one (`cohort.upstream.identity`)."""
+        config = self.server.config
+        group, topic = membership_group(config["upstream.cluster.name"]), config["upstream.groups.topic"]
+        admin = GroupAdmin(self.client)
+        loop = asyncio.get_running_loop()
+        patience = config["upstream.membership.session.timeout.ms"] / 1000 + DUPLICATE_GRACE_S
+        started = loop.time()
+        timeout = min(self.cluster_timeout_s, SETTLE_READ_TIMEOUT_S)
+        failed = False
+        try:
+            while True:
+                try:
+                    view = await loop.run_in_executor(None, admin.call, lambda a: read_view(a, group, topic, timeout))
+                except Exception as exc:  # noqa: BLE001 - the upstream is away: wait for it
+                    if not failed:  # once, not at every retry
+                        log.warning("cannot read the cohort cluster's group %s on the upstream: %s; retrying",
+                                    group, describe_error(exc))
+                    failed = True
+                    await asyncio.sleep(SETTLE_RETRY_S)
+                    continue
+                others = [i for i in view.members if i.instance_id != self.identity.instance_id]
+                if not self.explicit:
+                    node = identity.choose(self.identity.node_id, (i.node_id for i in others),
+                                           self.cluster.brokers.nodes)
+                    break
+                node = self.coordinator_id
+                holders = [i for i in others if i.node_id == node and i.explicit]
+                if not holders:
+                    break
+                if loop.time() - started >= patience:
+                    raise identity.DuplicateNodeId(self._duplicate(node, f"{holders[0].host}:{holders[0].port}"))
+                await asyncio.sleep(SETTLE_RETRY_S)
+        finally:
+            await loop.run_in_executor(None, admin.close)
+        if node != self.coordinator_id or not self.settled:
+            self.coordinator_id = self.server.broker.node_id = node
+            self.settled = True
+        if not self.explicit and node != self.identity.node_id:
+            await loop.run_in_executor(None, self._keep_node_id, node)
+        return node
+
+    def _keep_node_id(self, node: int) -> None:
+        self.identity = dataclasses.replace(self.identity, node_id=node)
+        identity.save(self.server.broker.data_dir, self.identity)
+
+    def _conflict(self, view: ClusterView) -> str | None:
+        """The address of an instance this one must give its node id up to, if any."""
+        me = self.membership.me if self.membership is not None else None
+        if me is None:
+            return None
+        for other in view.sharing(me.instance_id, me.node_id):
+            if identity.must_yield(me.instance_id, me.explicit, other.instance_id, other.explicit):
+                return f"{other.host}:{other.port}"
+        return None
+
+    def _duplicate(self, node: int, other: str) -> str:
+        return (f"another live instance of cohort cluster {self.server.config['upstream.cluster.name']} ({other}) "
+                f"has coordinator node id {node}: give each instance its own {identity.SETTING}, or leave it unset "
+                "to have one chosen")
 
     # --- where clients are sent -----------------------------------------------------------------
 
@@ -194,10 +283,29 @@ class UpstreamProxy:
     def coordinators(self) -> list[tuple[int, str, int]]:
         """(node id, host, port) of every group coordinator instance clients may be sent to."""
         host, port = self.server.endpoint(self.server.listeners[0])
-        found = {self.coordinator_id: (host, port)}
+        found = {self.coordinator_id: (host, port)} if self.settled else {}
         for i in self._view().instances:
             found.setdefault(i.node_id, (i.host, i.port))
         return [(n, h, p) for n, (h, p) in sorted(found.items())]
+
+    def cohort_cluster(self) -> dict:
+        """The cohort cluster as this instance sees it (`/api/cluster`, /metrics): each instance's
+        node id, endpoint and shards, this one first marked."""
+        groups = self.server.group_coordinator  # type: ignore[attr-defined]
+        host, port = self.server.endpoint(self.server.listeners[0])
+        view = self._view()
+        mine = sorted(self.membership.owned) if self.membership is not None else (
+            [] if groups.shared else list(range(len(groups.runtimes))))
+        rows = {i.node_id: {"node_id": i.node_id, "host": i.host, "port": i.port, "shards": view.shards_of(i.node_id),
+                            "instance_id": i.instance_id, "node_id_set": i.explicit, "this": False}
+                for i in view.instances}
+        if self.settled:
+            rows[self.coordinator_id] = {"node_id": self.coordinator_id, "host": host, "port": port, "shards": mine,
+                                         "instance_id": self.identity.instance_id, "node_id_set": self.explicit,
+                                         "this": True}
+        return {"name": self.server.config["upstream.cluster.name"], "shared": groups.shared,
+                "shards": len(groups.runtimes), "node_id": self.coordinator_id if self.settled else None,
+                "instances": [rows[n] for n in sorted(rows)]}
 
     def group_coordinator(self, group_id: str) -> tuple[int, int, str, int]:
         """(error, node id, host, port) of the instance serving ``group_id``'s shard: this one

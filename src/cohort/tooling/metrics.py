@@ -56,6 +56,26 @@ class BrokerCollector:
         share = getattr(server, "share_partitions", None)
         if share is not None and share.loaded:
             yield from self._share(share)
+        proxy = getattr(server, "upstream_proxy", None)
+        if proxy is not None:
+            yield from self._cluster(proxy.cohort_cluster())
+
+    @staticmethod
+    def _cluster(cluster: dict):
+        """The cohort cluster as this instance sees it: which instance owns which shard."""
+        instances = GaugeMetricFamily("cohort_cluster_instances", "Instances of this cohort cluster, as this one last "
+                                      "read its group on the upstream.")
+        instances.add_metric([], len(cluster["instances"]))
+        owner = GaugeMetricFamily("cohort_cluster_shard_owner", "1 for each group coordinator shard and the node id of "
+                                  "the instance that owns it.", labels=["shard", "node_id", "endpoint"])
+        for i in cluster["instances"]:
+            for shard in i["shards"]:
+                owner.add_metric([str(shard), str(i["node_id"]), f"{i['host']}:{i['port']}"], 1)
+        yield from (instances, owner)
+        if cluster["node_id"] is not None:
+            node = GaugeMetricFamily("cohort_cluster_node_id", "This instance's coordinator node id.")
+            node.add_metric([], cluster["node_id"])
+            yield node
 
     @staticmethod
     def _share(share: Any):

@@ -23,10 +23,11 @@ def group_logs(client: Mapping[str, Any], topic: str, cluster: str, shards: int,
 
 
 def ensure_topic(client: Mapping[str, Any], topic: str, partitions: int, replication_factor: int,
-                 timeout_s: float) -> bool:
-    """Create ``topic`` compacted with ``partitions`` partitions unless it exists; it must then
-    have exactly that many (a shard is a partition: a different count would move groups).
-    Returns True if it was created. Blocking; raises UpstreamLogError with a one-line reason."""
+                 timeout_s: float) -> tuple[bool, int]:
+    """Create ``topic`` compacted with ``partitions`` partitions unless it exists. Returns
+    (created, its partition count): an existing topic keeps its count, which the caller must
+    adopt or refuse (a shard is a partition: another count would move groups). Blocking; raises
+    UpstreamLogError with a one-line reason."""
     import confluent_kafka as ck
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -34,7 +35,7 @@ def ensure_topic(client: Mapping[str, Any], topic: str, partitions: int, replica
     new = NewTopic(topic, partitions, replication_factor, config={"cleanup.policy": "compact"})
     try:
         admin.create_topics([new], request_timeout=timeout_s)[topic].result(timeout_s)
-        return True
+        return True, partitions
     except ck.KafkaException as exc:
         err = exc.args[0]
         if err.code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
@@ -45,8 +46,7 @@ def ensure_topic(client: Mapping[str, Any], topic: str, partitions: int, replica
         found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
     except ck.KafkaException as exc:
         raise UpstreamLogError(f"cannot describe the upstream topic {topic}: {exc.args[0].str()}") from None
-    count = 0 if found is None or found.error is not None else len(found.partitions)
-    if count != partitions:
-        raise UpstreamLogError(f"the upstream topic {topic} has {count} partitions but the group coordinator "
-                               f"has {partitions} shards (offsets.topic.num.partitions); set it to {count}")
-    return False
+    if found is None or found.error is not None or not found.partitions:
+        raise UpstreamLogError(f"cannot describe the upstream topic {topic}: "
+                               f"{found.error.str() if found is not None and found.error else 'no partitions'}")
+    return False, len(found.partitions)

@@ -30,10 +30,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cohort.upstream.admin import GroupAdmin
+
 log = logging.getLogger("cohort.upstream")
 
 PREFIX = "cohort"  # first field of an instance's client id
 DESCRIBE_PERIOD_S = 2.0  # how often the group is read again without a rebalance
+JOINING_DESCRIBE_PERIOD_S = 0.25  # the same before this instance's first assignment
 HANDOVER_TIMEOUT_S = 60.0  # longest an unload may hold up the membership (it answers the rebalance)
 
 
@@ -50,20 +53,25 @@ class Instance:
     host: str
     port: int  # its coordinator (group API) listener
     brokers: Mapping[int, int] = field(default_factory=dict)  # upstream node id -> its port for that broker
+    instance_id: str = ""  # its data dir's own id (`cohort.upstream.identity`); "" from instances before it
+    explicit: bool = True  # its node id was set, not chosen (`identity.must_yield`)
 
     def client_id(self) -> str:
         ports = ",".join(f"{n}:{p}" for n, p in sorted(self.brokers.items()))
-        return f"{PREFIX};{self.node_id};{self.host};{self.port};{ports}"
+        mode = "set" if self.explicit else "auto"
+        return f"{PREFIX};{self.node_id};{self.host};{self.port};{ports};{self.instance_id};{mode}"
 
     @classmethod
     def parse(cls, client_id: str) -> "Instance | None":
         """The instance a member's client id describes; None for anything else."""
         parts = client_id.split(";")
-        if len(parts) != 5 or parts[0] != PREFIX:
+        if len(parts) not in (5, 7) or parts[0] != PREFIX:
             return None
         try:
             brokers = {int(n): int(p) for n, p in (e.split(":") for e in parts[4].split(",") if e)}
-            return cls(int(parts[1]), parts[2], int(parts[3]), brokers)
+            if len(parts) == 5:  # an instance from before automatic node ids
+                return cls(int(parts[1]), parts[2], int(parts[3]), brokers)
+            return cls(int(parts[1]), parts[2], int(parts[3]), brokers, parts[5], parts[6] != "auto")
         except ValueError:
             return None
 
@@ -72,12 +80,16 @@ class Instance:
 class ClusterView:
     """Which instance owns which shard, as last read from the upstream group."""
 
-    instances: tuple[Instance, ...] = ()  # live instances, by node id
+    instances: tuple[Instance, ...] = ()  # live instances, by node id (one per node id)
     owners: Mapping[int, int] = field(default_factory=dict)  # shard -> owner's node id
+    members: tuple[Instance, ...] = ()  # every member that is an instance, node ids shared or not
 
     def owner(self, shard: int) -> Instance | None:
         node = self.owners.get(shard)
         return next((i for i in self.instances if i.node_id == node), None)
+
+    def shards_of(self, node_id: int) -> list[int]:
+        return sorted(s for s, n in self.owners.items() if n == node_id)
 
     def broker_instance(self, upstream_node: int) -> Instance | None:
         """The instance through which every instance advertises upstream broker ``upstream_node``:
@@ -86,26 +98,47 @@ class ClusterView:
         able = [i for i in self.instances if upstream_node in i.brokers]
         return able[upstream_node % len(able)] if able else None
 
+    def sharing(self, instance_id: str, node_id: int) -> list[Instance]:
+        """The other instances (by instance id) that use node id ``node_id``."""
+        return [i for i in self.members if i.node_id == node_id and i.instance_id != instance_id]
+
     @classmethod
     def of(cls, members: list[tuple[str, list[int]]]) -> "ClusterView":
-        """From (client id, assigned shards) of the group's members."""
+        """From (client id, assigned shards) of the group's members. Two members with one node
+        id (a restarted instance and its predecessor until that one's session times out, or a
+        collision being resolved) are one instance to clients: the one holding shards."""
         instances: dict[int, Instance] = {}
         owners: dict[int, int] = {}
+        found_all = []
         for client_id, shards in members:
             found = Instance.parse(client_id)
             if found is None:
                 continue
-            if found.node_id in instances and instances[found.node_id] != found:
-                # a restarted instance and its predecessor (until that one's session times out), or
-                # two instances configured alike
-                log.warning("two members of the cohort cluster use coordinator node id %d "
-                            "(upstream.coordinator.node.id must differ per instance)", found.node_id)
-                if not shards:
-                    continue
-            instances[found.node_id] = found
+            found_all.append(found)
+            if found.node_id not in instances or shards:
+                instances[found.node_id] = found
             for s in shards:
                 owners[s] = found.node_id
-        return cls(tuple(sorted(instances.values(), key=lambda i: i.node_id)), owners)
+        return cls(tuple(sorted(instances.values(), key=lambda i: i.node_id)), owners, tuple(found_all))
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a failed admin request (a future's timeout has no message of its own)."""
+    import confluent_kafka as ck
+
+    if isinstance(exc, ck.KafkaException) and exc.args:
+        return exc.args[0].str()
+    return str(exc) or f"no answer ({type(exc).__name__})"
+
+
+def read_view(admin: Any, group: str, topic: str, timeout_s: float) -> ClusterView:
+    """The cohort cluster's group as the upstream describes it now (blocking)."""
+    desc = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout_s)
+    members = []
+    for m in desc.members:
+        parts = m.assignment.topic_partitions if m.assignment is not None else []
+        members.append((m.client_id, [tp.partition for tp in parts if tp.topic == topic]))
+    return ClusterView.of(members)
 
 
 class Membership:
@@ -146,39 +179,44 @@ class Membership:
         if self._describer is not None:
             self._describer.shutdown(wait=False)
 
-    async def follow(self) -> None:
-        """Keep `view` current: after each rebalance, and every DESCRIBE_PERIOD_S."""
-        from confluent_kafka.admin import AdminClient
-
+    async def follow(self, conflict: Callable[[ClusterView], str | None] = lambda view: None) -> str | None:
+        """Keep `view` current: after each rebalance, and every DESCRIBE_PERIOD_S. Returns
+        ``conflict(view)`` the first time it is not None (the caller leaves and rejoins or
+        refuses), or None once stopped."""
         self._describer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-membership-view")
-        admin = AdminClient(dict(self._client))
+        admin = GroupAdmin(self._client)
         loop = asyncio.get_running_loop()
         unlisted = False
-        while not self._stop.is_set():
-            self._changed.clear()
-            try:
-                self.view = await loop.run_in_executor(self._describer, self._describe, admin)
-            except Exception as exc:  # noqa: BLE001 - keep the last view; read again soon
-                log.warning("cannot read the cohort cluster's group %s on the upstream: %s", self.group, exc)
-            else:
-                if self.joined.is_set() and not self.view.instances and not unlisted:
-                    unlisted = True  # Tansu 0.6 answers DescribeGroups with no members
-                    log.warning("the upstream's DescribeGroups does not list the members of %s: the instances of "
-                                "this cohort cluster cannot send clients to one another; run a single instance "
-                                "in front of this upstream", self.group)
-            try:
-                await asyncio.wait_for(self._changed.wait(), DESCRIBE_PERIOD_S)
-            except asyncio.TimeoutError:
-                pass
+        try:
+            while not self._stop.is_set():
+                self._changed.clear()
+                try:
+                    self.view = await loop.run_in_executor(self._describer, admin.call, self._describe)
+                except Exception as exc:  # noqa: BLE001 - keep the last view; read again soon
+                    log.warning("cannot read the cohort cluster's group %s on the upstream: %s", self.group,
+                                describe_error(exc))
+                else:
+                    if self.joined.is_set() and not self.view.instances and not unlisted:
+                        unlisted = True  # Tansu 0.6 answers DescribeGroups with no members
+                        log.warning("the upstream's DescribeGroups does not list the members of %s: the instances of "
+                                    "this cohort cluster cannot send clients to one another; run a single instance "
+                                    "in front of this upstream", self.group)
+                    log.debug("cohort cluster %s: members %s", self.group,
+                              [(i.node_id, i.instance_id[:8]) for i in self.view.members])
+                    verdict = conflict(self.view)
+                    if verdict is not None:
+                        return verdict
+                try:  # often until the first assignment: a node id shared with another joiner shows then
+                    await asyncio.wait_for(self._changed.wait(),
+                                           DESCRIBE_PERIOD_S if self.joined.is_set() else JOINING_DESCRIBE_PERIOD_S)
+                except asyncio.TimeoutError:
+                    pass
+            return None
+        finally:
+            self._describer.submit(admin.close)
 
     def _describe(self, admin: Any) -> ClusterView:
-        desc = admin.describe_consumer_groups([self.group], request_timeout=self._timeout)[self.group].result(
-            self._timeout)
-        members = []
-        for m in desc.members:
-            parts = m.assignment.topic_partitions if m.assignment is not None else []
-            members.append((m.client_id, [tp.partition for tp in parts if tp.topic == self.topic]))
-        return ClusterView.of(members)
+        return read_view(admin, self.group, self.topic, self._timeout)
 
     async def _assigned(self, shards: list[int]) -> None:
         self.owned.update(shards)

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cohort.upstream.admin import GroupAdmin
+
 log = logging.getLogger("cohort.upstream")
 
 
@@ -51,16 +53,16 @@ class OffsetMirror:
     def _send(self, batch: dict[str, dict[tuple[str, int], int]]) -> dict[str, dict[tuple[str, int], int]]:
         """Admin-commit each group's offsets upstream; returns those the upstream took."""
         import confluent_kafka as ck
-        from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
-            self._admin = AdminClient(self._client)
+            self._admin = GroupAdmin(self._client)
         done = {}
         for gid, offsets in batch.items():
             request = ck.ConsumerGroupTopicPartitions(gid, [ck.TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
             try:
-                result = self._admin.alter_consumer_group_offsets([request], request_timeout=self._timeout)[gid]
-                failed = [tp for tp in result.result(self._timeout).topic_partitions if tp.error is not None]
+                result = self._admin.call(lambda admin: admin.alter_consumer_group_offsets(
+                    [request], request_timeout=self._timeout)[gid].result(self._timeout))
+                failed = [tp for tp in result.topic_partitions if tp.error is not None]
                 if failed:
                     raise RuntimeError(f"{len(failed)} partitions refused, e.g. {failed[0].topic}-{failed[0].partition}: "
                                        f"{failed[0].error.str()}")

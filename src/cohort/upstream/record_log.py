@@ -322,9 +322,14 @@ class UpstreamRecordLog:
         self._next_upstream = None
 
     def _close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(self._timeout)
-            self._producer = None
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        try:
+            producer.flush(self._timeout)
+        except Exception as exc:  # noqa: BLE001 - a failed (fenced) producer has nothing left to send
+            log.info("upstream coordinator log %s-%d: closing a failed producer: %s", self.topic, self.partition,
+                     _describe(exc.args[0]) if exc.args and hasattr(exc.args[0], "str") else exc)
 
 
 def _drop_tracebacks(exc: BaseException) -> None:
