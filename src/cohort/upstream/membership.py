@@ -201,8 +201,9 @@ class Membership:
                         log.warning("the upstream's DescribeGroups does not list the members of %s: the instances of "
                                     "this cohort cluster cannot send clients to one another; run a single instance "
                                     "in front of this upstream", self.group)
-                    log.debug("cohort cluster %s: members %s", self.group,
-                              [(i.node_id, i.instance_id[:8]) for i in self.view.members])
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug("cohort cluster %s: members %s", self.group,
+                                  [(i.node_id, i.instance_id[:8]) for i in self.view.members])
                     verdict = conflict(self.view)
                     if verdict is not None:
                         return verdict

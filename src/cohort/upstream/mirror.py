@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cohort.upstream.admin import GroupAdmin
+from cohort.upstream.membership import describe_error
 
 log = logging.getLogger("cohort.upstream")
 
@@ -72,5 +73,5 @@ class OffsetMirror:
                 if now - self._warned.get(gid, float("-inf")) >= 60:
                     self._warned[gid] = now
                     log.warning("cannot mirror the offsets of group %s to the upstream: %s", gid,
-                                exc.args[0].str() if isinstance(exc, ck.KafkaException) else exc)
+                                describe_error(exc))
         return done
