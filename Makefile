@@ -7,11 +7,10 @@ RUN_STAMP := $(VENV)/.run-stamp
 
 .PHONY: run test quick bench install clean e2e-tools
 
-# `make test` runs one test at a time by default (what CI runs). `make test TEST_WORKERS=6` runs them
-# side by side on six pytest-xdist workers (tests/conftest.py hands modules out slowest first):
-# about 9 minutes instead of about 20, but on a 2-core machine a few timing-sensitive end-to-end
-# tests can miss their deadlines under that load (docs/benchmarks.md, issue 37).
-TEST_WORKERS ?= 0
+# `make test` runs the tests side by side on six pytest-xdist workers (tests/conftest.py hands
+# modules out slowest first and lets at most three `heavy` end-to-end tests run at once): about
+# 7.5 minutes on a 2-core machine. `make test TEST_WORKERS=0` runs one test at a time (about 24).
+TEST_WORKERS ?= 6
 
 # `make test` installs everything (test tools, PySpark for the pipeline); `make run` only what the
 # broker needs, unless everything is there already.
@@ -32,8 +31,10 @@ install: $(STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/cohort serve
 
+# Bytecode is written (the test modules' rewritten asserts and every server process's imports are
+# compiled once, not in each of the workers and processes), whatever the environment says.
 test: $(STAMP) e2e-tools
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The contributors' inner loop: unit and property tests, no end-to-end clients, Spark or upstreams.
 QUICK_PATHS := tests/assignors tests/coordinator tests/log tests/protocol tests/broker tests/transactions \

@@ -7,14 +7,18 @@ task was destroyed while pending or failed with nobody to see it.
 
 A test that keeps something on purpose across tests does it in a fixture of that scope.
 
-Under pytest-xdist (`make test TEST_WORKERS=6`), each module is one unit of work, so its
-module-scoped servers start once, and the pipeline's modules share one worker and its Spark
-session. Units are handed out longest first (the directories below, slowest first), so that the
-slow end-to-end modules overlap with each other instead of trailing at the end of the run.
+Under pytest-xdist (`make test` runs six workers), each module is one unit of work, so its
+module-scoped servers start once, and the pipeline's modules that use the in-process Spark session
+share one worker and that session. Units are handed out longest first (the directories below,
+slowest first), so that the slow end-to-end modules overlap with each other instead of trailing at
+the end of the run. Tests marked ``heavy`` (kill -9s, deadlines, several brokers and client
+processes at once) take one of HEAVY_SLOTS slots shared by all workers, so that no more than that
+many run at the same time and starve each other of the two cores.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import logging
 import os
@@ -25,8 +29,11 @@ import pytest
 
 GRACE_S = 5.0  # librdkafka joins its threads asynchronously once a client is destroyed
 # Slowest first: each entry's modules take tens of seconds (real clients, restarts, Spark).
-_ORDER = ("tests/pipeline/", "tests/e2e/", "tests/upstream/", "tests/test_packaging.py", "tests/tooling/",
+_ORDER = ("tests/pipeline/", "tests/test_packaging.py", "tests/e2e/", "tests/upstream/", "tests/tooling/",
           "tests/client/", "tests/server/", "tests/test_cli_assign.py")
+# Pipeline modules that run every job in a process of its own: units of their own, not the session's.
+_OWN_SPARK = ("tests/pipeline/test_cli.py",)
+HEAVY_SLOTS = int(os.environ.get("COHORT_HEAVY_SLOTS", "3"))
 
 
 def _rank(nodeid: str) -> int:
@@ -47,7 +54,7 @@ def pytest_xdist_make_scheduler(config, log):
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "spark" if module.startswith("tests/pipeline/") else module
+            return "spark" if module.startswith("tests/pipeline/") and module not in _OWN_SPARK else module
 
     # Units in collection order (slowest first, above), not xdist's default of most tests first,
     # which left the slow end-to-end modules, with few tests each, to the end of the run.
@@ -118,6 +125,38 @@ class _SessionFixtures:
 
 def pytest_configure(config):
     config.pluginmanager.register(_SessionFixtures(), "cohort-session-fixtures")
+    config.addinivalue_line("markers", "heavy: a timing-bound end-to-end test that loads the machine; under "
+                            "xdist at most HEAVY_SLOTS of them run at once")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A ``heavy`` test waits for one of HEAVY_SLOTS free slots (an flock, released even if its
+    worker dies) before anything of it runs, its timeout's clock included; other tests, and every
+    test outside xdist, go straight on. The lock files live in the directory the workers'
+    temporary directories share (pytest removes old ones)."""
+    if item.get_closest_marker("heavy") is None or not hasattr(item.config, "workerinput"):
+        yield
+        return
+    where = item.config._tmp_path_factory.getbasetemp().parent / "heavy-slots"
+    where.mkdir(exist_ok=True)
+    held = None
+    while held is None:
+        for slot in range(HEAVY_SLOTS):
+            fd = os.open(where / f"slot-{slot}", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            held = fd
+            break
+        else:
+            time.sleep(0.2)
+    try:
+        yield
+    finally:
+        os.close(held)  # releases the lock
 
 
 class _Snapshot:

@@ -23,7 +23,7 @@ import time
 import confluent_kafka as ck
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 KILLS = 8
 TOPIC = "crash"

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort_testing import ServerProcess
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 RECORDS, PARTITIONS = 100_000, 4
 RATE = 4_000  # records/s the job copies at most: 6 s between faults, longer than a restart and a sample

@@ -13,7 +13,7 @@ import pytest
 from cohort_fuzzing import fuzz, group_still_works, load_corpus, produce_canary, read_canary
 from cohort_testing import ServerProcess
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "protocol", "corpus", "client-frames.bin")
 # Creating thousands of partitions per mutated CreateTopics would only make the run slow.

@@ -14,7 +14,7 @@ from cohort.protocol.entities import build, nested
 
 from cohort_testing import ServerProcess, WireClient
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 
 def create_topics_request(name, partitions):

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cohort_testing import ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy, pytest.mark.timeout(120)]
 
 PARTITIONS, MEMBERS = 6, 3
 FAST = ("group.initial.rebalance.delay.ms=200", "group.min.session.timeout.ms=1000",

@@ -20,6 +20,8 @@ import pytest
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# spark-defaults.conf for the jobs run as a user runs them (their own process and JVM)
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "spark-conf"))
 for _name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
     logging.getLogger(_name).setLevel(logging.CRITICAL)
 

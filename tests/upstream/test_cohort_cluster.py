@@ -22,7 +22,7 @@ from cohort.protocol.entities import build, nested
 from cohort_testing import ServerProcess, WireClient
 from upstream_clients import committed_offsets, coordinator_of
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy, pytest.mark.timeout(300)]
 
 TOPIC, PARTITIONS, RECORDS = "stream", 6, 3000
 GROUPS_TOPIC, CLUSTER = "__cohort_groups_cluster", "trio"

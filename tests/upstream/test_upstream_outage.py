@@ -7,7 +7,7 @@ import pytest
 
 from upstream_outage import run
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy, pytest.mark.timeout(400)]
 
 
 def test_an_instance_outlives_upstream_outages_of_2_and_40_seconds_under_load(tmp_path):

@@ -326,6 +326,12 @@ class Broker:
                 _log.warning("removing %s: its topic is not in the metadata (a create or delete cut short)", entry)
                 shutil.rmtree(path, ignore_errors=True)
 
+    async def drain_coordinator_logs(self) -> None:
+        """Wait for every coordinator log's writes in flight (see ``CoordinatorLog.drain``)."""
+        for logs in self._coordinator_logs.values():
+            for clog in logs:
+                await clog.drain()
+
     def close(self) -> None:
         """Flush and close every log; a failing fsync is logged and the rest still close."""
         for (name, partition), log in self.logs.items():

@@ -86,6 +86,7 @@ class CoordinatorLog:
         self._pending: list[tuple[bytes, bytes | None]] = []  # plain records appended, not yet written
         self.write_generation = 0  # moves on whenever the pending records are written or dropped
         self._flushing = False
+        self._flush_task: asyncio.Task | None = None  # the write-and-fsync loop while waiters wait
         self._listeners: list = []
         self.failed: OSError | None = None
         self.append_seconds = append_seconds or Histogram()  # writing a batch (before its fsync)
@@ -104,6 +105,13 @@ class CoordinatorLog:
 
     async def close(self) -> None:
         """A shard handed over: the broker keeps its own log open (its segments are the broker's)."""
+
+    async def drain(self) -> None:
+        """Wait until the appends made so far are written and fsynced (or failed): a stopping
+        server lets its last writes finish rather than destroy the loop that makes them durable."""
+        task = self._flush_task
+        if task is not None and not task.done():
+            await asyncio.gather(task, return_exceptions=True)
 
     def add_listener(self, callback) -> None:
         """``callback()`` runs after the high watermark advances (wakes Fetch long-polls)."""
@@ -150,7 +158,7 @@ class CoordinatorLog:
         self._waiters.append((last, fut))
         if not self._flushing:
             self._flushing = True
-            loop.create_task(self._flush_loop())
+            self._flush_task = loop.create_task(self._flush_loop())
         return fut
 
     def _write_pending(self) -> None:

@@ -275,6 +275,7 @@ class Server:
             srv.close()  # again: one opened while the first ones closed (the upstream's ports) too
             await srv.wait_closed()
         self._servers = []
+        await self.broker.drain_coordinator_logs()  # writes of the last requests, made durable
         self._executor.shutdown(wait=True)
         self.broker.close()
 
