@@ -209,37 +209,34 @@ class UpstreamProxy:
         the persisted one if free, else the smallest free one (`cohort.upstream.identity`)."""
         config = self.server.config
         group, topic = membership_group(config["upstream.cluster.name"]), config["upstream.groups.topic"]
-        admin = GroupAdmin(self.client)
+        timeout = min(self.cluster_timeout_s, SETTLE_READ_TIMEOUT_S)
+        admin = GroupAdmin(self.client, timeout)
         loop = asyncio.get_running_loop()
         patience = config["upstream.membership.session.timeout.ms"] / 1000 + DUPLICATE_GRACE_S
         started = loop.time()
-        timeout = min(self.cluster_timeout_s, SETTLE_READ_TIMEOUT_S)
         failed = False
-        try:
-            while True:
-                try:
-                    view = await loop.run_in_executor(None, admin.call, lambda a: read_view(a, group, topic, timeout))
-                except Exception as exc:  # noqa: BLE001 - the upstream is away: wait for it
-                    if not failed:  # once, not at every retry
-                        log.warning("cannot read the cohort cluster's group %s on the upstream: %s; retrying",
-                                    group, describe_error(exc))
-                    failed = True
-                    await asyncio.sleep(SETTLE_RETRY_S)
-                    continue
-                others = [i for i in view.members if i.instance_id != self.identity.instance_id]
-                if not self.explicit:
-                    node = identity.choose(self.identity.node_id, (i.node_id for i in others),
-                                           self.cluster.brokers.nodes)
-                    break
-                node = self.coordinator_id
-                holders = [i for i in others if i.node_id == node and i.explicit]
-                if not holders:
-                    break
-                if loop.time() - started >= patience:
-                    raise identity.DuplicateNodeId(self._duplicate(node, f"{holders[0].host}:{holders[0].port}"))
+        while True:
+            try:
+                view = await loop.run_in_executor(None, read_view, admin, group, topic)
+            except Exception as exc:  # noqa: BLE001 - the upstream is away: wait for it
+                if not failed:  # once, not at every retry
+                    log.warning("cannot read the cohort cluster's group %s on the upstream: %s; retrying",
+                                group, describe_error(exc))
+                failed = True
                 await asyncio.sleep(SETTLE_RETRY_S)
-        finally:
-            await loop.run_in_executor(None, admin.close)
+                continue
+            others = [i for i in view.members if i.instance_id != self.identity.instance_id]
+            if not self.explicit:
+                node = identity.choose(self.identity.node_id, (i.node_id for i in others),
+                                       self.cluster.brokers.nodes)
+                break
+            node = self.coordinator_id
+            holders = [i for i in others if i.node_id == node and i.explicit]
+            if not holders:
+                break
+            if loop.time() - started >= patience:
+                raise identity.DuplicateNodeId(self._duplicate(node, f"{holders[0].host}:{holders[0].port}"))
+            await asyncio.sleep(SETTLE_RETRY_S)
         if node != self.coordinator_id or not self.settled:
             self.coordinator_id = self.server.broker.node_id = node
             self.settled = True

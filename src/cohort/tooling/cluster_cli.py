@@ -18,18 +18,22 @@ from cohort.tooling import client
 from cohort.tooling.client import ToolError, emit, reported
 
 
-def describe(admin: Any, cluster: str, topic: str, timeout: float) -> dict:
-    """The cohort cluster ``cluster`` as its group on the upstream says now."""
+def describe(admin: Any, settings: dict[str, Any], cluster: str, topic: str, timeout: float) -> dict:
+    """The cohort cluster ``cluster`` as its group on the upstream says now (``admin`` lists the
+    topic; the group is read over the wire with the client ``settings``)."""
     from confluent_kafka import KafkaException
 
+    from cohort.upstream.admin import AdminError, GroupAdmin
     from cohort.upstream.membership import membership_group, read_view
 
     group = membership_group(cluster)
     try:
-        view = read_view(admin, group, topic, timeout)
+        view = read_view(GroupAdmin(settings, timeout), group, topic)
         found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
     except KafkaException as exc:
         raise ToolError(client.message(exc)) from None
+    except AdminError as exc:
+        raise ToolError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a future's timeout
         raise ToolError(str(exc) or f"no answer within {timeout:g} s") from None
     shards = len(found.partitions) if found is not None and found.error is None else 0
@@ -42,7 +46,7 @@ def describe(admin: Any, cluster: str, topic: str, timeout: float) -> dict:
 @reported("cluster {action}")
 def run_describe(args: argparse.Namespace) -> int:
     admin = client.admin(args)
-    found = describe(admin, args.cluster_name, args.groups_topic, args.timeout)
+    found = describe(admin, client.client_config(args), args.cluster_name, args.groups_topic, args.timeout)
     if not found["instances"] and not found["shards"]:
         raise ToolError(f"no cohort cluster {args.cluster_name} on this upstream (no members in group "
                         f"{found['group']}, no topic {found['topic']})")

@@ -10,7 +10,7 @@ partitions are paused at once: nothing is ever fetched through this membership.
 
 * **Endpoints.** An instance describes itself in its member's client id (`Instance.client_id`):
   its coordinator node id and address, and its port for each upstream broker. Every instance
-  reads the group (DescribeGroups through the admin client) after each rebalance and
+  reads the group (DescribeGroups, `cohort.upstream.admin`) after each rebalance and
   periodically, so all of them know which instance owns which shard (`ClusterView`).
 * **Losing a shard without being told.** Classic membership is no lease. An instance cut off
   from the upstream does not hear that its shards moved; librdkafka ends the session itself when
@@ -131,13 +131,11 @@ def describe_error(exc: BaseException) -> str:
     return str(exc) or f"no answer ({type(exc).__name__})"
 
 
-def read_view(admin: Any, group: str, topic: str, timeout_s: float) -> ClusterView:
+def read_view(admin: GroupAdmin, group: str, topic: str) -> ClusterView:
     """The cohort cluster's group as the upstream describes it now (blocking)."""
-    desc = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout_s)
     members = []
-    for m in desc.members:
-        parts = m.assignment.topic_partitions if m.assignment is not None else []
-        members.append((m.client_id, [tp.partition for tp in parts if tp.topic == topic]))
+    for m in admin.describe_members(group):
+        members.append((m.client_id, [p for t, ps in m.assignment if t == topic for p in ps]))
     return ClusterView.of(members)
 
 
@@ -184,14 +182,14 @@ class Membership:
         ``conflict(view)`` the first time it is not None (the caller leaves and rejoins or
         refuses), or None once stopped."""
         self._describer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cohort-membership-view")
-        admin = GroupAdmin(self._client)
+        admin = GroupAdmin(self._client, self._timeout)
         loop = asyncio.get_running_loop()
         unlisted = False
         try:
             while not self._stop.is_set():
                 self._changed.clear()
                 try:
-                    self.view = await loop.run_in_executor(self._describer, admin.call, self._describe)
+                    self.view = await loop.run_in_executor(self._describer, read_view, admin, self.group, self.topic)
                 except Exception as exc:  # noqa: BLE001 - keep the last view; read again soon
                     log.warning("cannot read the cohort cluster's group %s on the upstream: %s", self.group,
                                 describe_error(exc))
@@ -214,10 +212,7 @@ class Membership:
                     pass
             return None
         finally:
-            self._describer.submit(admin.close)
-
-    def _describe(self, admin: Any) -> ClusterView:
-        return read_view(admin, self.group, self.topic, self._timeout)
+            self._describer.shutdown(wait=False)
 
     async def _assigned(self, shards: list[int]) -> None:
         self.owned.update(shards)

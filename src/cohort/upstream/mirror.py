@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cohort.upstream.admin import GroupAdmin
+from cohort.upstream.admin import GroupAdmin, error_name
 from cohort.upstream.membership import describe_error
 
 log = logging.getLogger("cohort.upstream")
@@ -53,20 +53,16 @@ class OffsetMirror:
 
     def _send(self, batch: dict[str, dict[tuple[str, int], int]]) -> dict[str, dict[tuple[str, int], int]]:
         """Admin-commit each group's offsets upstream; returns those the upstream took."""
-        import confluent_kafka as ck
-
         if self._admin is None:
-            self._admin = GroupAdmin(self._client)
+            self._admin = GroupAdmin(self._client, self._timeout)
         done = {}
         for gid, offsets in batch.items():
-            request = ck.ConsumerGroupTopicPartitions(gid, [ck.TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
             try:
-                result = self._admin.call(lambda admin: admin.alter_consumer_group_offsets(
-                    [request], request_timeout=self._timeout)[gid].result(self._timeout))
-                failed = [tp for tp in result.topic_partitions if tp.error is not None]
+                result = self._admin.commit_offsets(gid, offsets)
+                failed = sorted(tp for tp, code in result.items() if code)
                 if failed:
-                    raise RuntimeError(f"{len(failed)} partitions refused, e.g. {failed[0].topic}-{failed[0].partition}: "
-                                       f"{failed[0].error.str()}")
+                    (t, p) = failed[0]
+                    raise RuntimeError(f"{len(failed)} partitions refused, e.g. {t}-{p}: {error_name(result[t, p])}")
                 done[gid] = offsets
             except Exception as exc:  # noqa: BLE001 - logged; retried when the group's offsets change again
                 now = time.monotonic()
