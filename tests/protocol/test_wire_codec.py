@@ -194,3 +194,21 @@ def test_a_response_that_does_not_parse_is_one_clear_error():
         decode_response(12, 4, b"\x00\x01")
     with pytest.raises(MalformedResponse, match="cannot parse the api 12 v4 response"):
         decode_response(12, 4, struct.pack(">i", 5) + b"\x00\x00")
+
+
+def test_every_advertised_pair_has_a_codec_and_no_other_does():
+    """Codecs are built on first use: each pair ApiVersions advertises must build one, and a
+    pair outside the ranges gets none (the caller answers UNSUPPORTED_VERSION)."""
+    from cohort.protocol.versions import VersionTable
+
+    table = VersionTable()
+    assert table.pairs() and len(table.pairs()) == sum(hi - lo + 1 for _, lo, hi in SUPPORTED.values())
+    for api_key, version in table.pairs():
+        codec = table.get(api_key, version)
+        assert (codec.api_key, codec.version) == (api_key, version)
+        assert table.get(api_key, version) is codec  # built once
+    for api_key, (_, lo, hi) in SUPPORTED.items():
+        assert table.get(api_key, hi + 1) is None and (lo == 0 or table.get(api_key, lo - 1) is None)
+    assert table.get(max(SUPPORTED) + 1000, 0) is None
+    with pytest.raises(KeyError):
+        table.codec(max(SUPPORTED) + 1000, 0)

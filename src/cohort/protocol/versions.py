@@ -128,23 +128,38 @@ def _build(api_key: int, version: int) -> ApiCodec:
 
 
 class VersionTable:
-    """The codecs for every supported pair; ``get`` is a dict lookup on the hot path."""
+    """The codecs for every supported pair; ``get`` is a dict lookup on the hot path.
+
+    A pair's codec is built the first time it is asked for: building all of them (about 200
+    pairs, each importing kio's schema modules) cost a second of CPU at every start, most of it
+    for versions no client of this process would use."""
 
     def __init__(self, supported: dict[int, tuple[str, int, int]] = SUPPORTED) -> None:
         self.ranges = {k: (lo, hi) for k, (_, lo, hi) in supported.items()}
         self.names = {k: name for k, (name, _, _) in supported.items()}
-        self._codecs: dict[tuple[int, int], ApiCodec] = {
-            (k, v): _build(k, v) for k, (lo, hi) in self.ranges.items() for v in range(lo, hi + 1)
-        }
+        self._codecs: dict[tuple[int, int], ApiCodec] = {}
 
     def get(self, api_key: int, version: int) -> ApiCodec | None:
-        return self._codecs.get((api_key, version))
+        codec = self._codecs.get((api_key, version))
+        if codec is None:
+            found = self.ranges.get(api_key)
+            if found is None or not found[0] <= version <= found[1]:
+                return None
+            codec = self._codecs[(api_key, version)] = _build(api_key, version)
+        return codec
 
     def codec(self, api_key: int, version: int) -> ApiCodec:
-        return self._codecs[(api_key, version)]
+        codec = self.get(api_key, version)
+        if codec is None:
+            raise KeyError((api_key, version))
+        return codec
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """Every supported (api_key, version)."""
+        return [(k, v) for k, (lo, hi) in self.ranges.items() for v in range(lo, hi + 1)]
 
 
 @functools.cache
 def default_table() -> VersionTable:
-    """The process-wide table (built on first use, about a second)."""
+    """The process-wide table."""
     return VersionTable()
