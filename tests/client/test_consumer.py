@@ -334,3 +334,47 @@ def test_record_headers_from_a_librdkafka_producer_arrive(srv):
 
     record = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert (record.key, record.value, record.headers) == (b"k", b"v", (("trace", b"abc"), ("empty", None)))
+
+
+def test_a_revocation_waits_for_the_application_to_finish_the_records_it_was_given(srv):
+    """As Kafka's consumers revoke only inside poll(): a member that was handed records keeps
+    their partitions until its next getmany, so its commit after them lands before another
+    member starts from the committed offset; nothing is consumed twice."""
+    produce(srv, "handover", 2, 40)
+    conf = {"bootstrap.servers": bootstrap(srv), "group.id": "handover-group", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "group.remote.assignor": "uniform"}
+
+    async def scenario():
+        a, b = Consumer({**conf, "client.id": "a"}), Consumer({**conf, "client.id": "b"})
+        a.subscribe(["handover"])
+        async with a:
+            await run_until(lambda: len(a.assignment()) == 2, 20, "a owns both partitions")
+            batch = {}
+            while not batch:
+                batch = await a.getmany(timeout_ms=500, max_records=1)
+            (tp, (record,)), = batch.items()
+            b.subscribe(["handover"])
+            async with b:
+                await asyncio.sleep(3)  # ten heartbeat intervals: the coordinator asked a to give one up
+                held = set(a.assignment())
+                assert held == {TopicPartition("handover", 0), TopicPartition("handover", 1)}
+                assert not b.assignment()
+                await a.commit({tp: record.offset + 1})
+                seen = [(tp.partition, record.offset)]
+                stop = asyncio.Event()
+
+                async def collect(c):
+                    while not stop.is_set():
+                        for part, records in (await c.getmany(timeout_ms=200)).items():
+                            seen.extend((part.partition, r.offset) for r in records)
+                        await c.commit()
+
+                tasks = [asyncio.create_task(collect(a)), asyncio.create_task(collect(b))]
+                await run_until(lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1 and len(seen) >= 40,
+                                20, lambda: f"a {a.assignment()}, b {b.assignment()}, {len(seen)} records")
+                stop.set()
+                await asyncio.gather(*tasks)
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 40

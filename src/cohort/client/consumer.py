@@ -147,6 +147,12 @@ class Consumer:
         self._iterated: deque[ConsumerRecord] = deque()  # what `async for` took but has not yielded yet
         self._interval_s = 5.0
         self._assignment_result: tuple[int, int, bytes] = (0, 0, b"")
+        # The coordinator's latest assignment not reconciled yet: a revocation waits until the
+        # application is done with the records it was given (its next getmany), as Kafka's
+        # consumers revoke only inside poll(); otherwise a record handed out just before the
+        # revocation and committed just after it would be consumed again by the next owner.
+        self._target: set[TopicPartition] | None = None
+        self._handed_out = False  # getmany returned records and has not been called since
         # cluster view
         self._bootstrap: list[tuple[str, int]] = []
         for entry in str(self.config["bootstrap.servers"]).split(","):
@@ -214,6 +220,12 @@ class Consumer:
     async def getmany(self, timeout_ms: int = 1000, max_records: int | None = None) -> dict[TopicPartition, list]:
         """The records buffered now, or the first to arrive within `timeout_ms` ({} if none)."""
         self._raise_fatal()
+        if self._handed_out:
+            self._handed_out = False
+            if self._target is not None:  # a revocation waited for this call: made before any new record
+                async with self._membership_lock:
+                    if await self._reconcile_target():
+                        self._wake.set()  # tell the coordinator now
         if not self._buffer:
             self._data.clear()
             try:
@@ -240,6 +252,7 @@ class Consumer:
             out.setdefault(tp, []).extend(taken)
             self._positions[tp] = taken[-1].offset + 1
             budget -= len(taken)
+        self._handed_out = bool(out)
         return out
 
     def __aiter__(self) -> "Consumer":
@@ -484,13 +497,24 @@ class Consumer:
             self._assignment_result = (int(getattr(resp.assignment, "error", 0)),
                                        int(getattr(resp.assignment, "metadata_version", 0)),
                                        bytes(getattr(resp.assignment, "metadata_bytes", b"")))
-            now_again = await self._reconcile(target)
+            self._target = target
+        if self._target is not None:
+            now_again = await self._reconcile_target()
         if getattr(resp, "should_compute_assignment", False):
             await self._compute_assignment()
             now_again = True
         if self.member_epoch == 0:  # a new group waiting for its first client-side assignment
             self._send_full = True
         return 0 if now_again else self._interval_s
+
+    async def _reconcile_target(self) -> bool:
+        """Reconcile with the pending target, unless it revokes a partition while the
+        application still has records it was given (then after its next getmany)."""
+        target = self._target
+        if target is None or (self._handed_out and self._owned - target):
+            return False
+        self._target = None
+        return await self._reconcile(target)
 
     async def _reconcile(self, target: set[TopicPartition]) -> bool:
         """Revoke first, then assign; True when the coordinator must hear of it now."""
@@ -524,6 +548,7 @@ class Consumer:
     async def _lose(self, why: str) -> None:
         log.info("member %s of group %s lost its partitions (%s); rejoining", self.member_id, self.group_id, why)
         lost = set(self._owned)
+        self._target = None
         if lost:
             await self._call("on_partitions_lost" if self._has("on_partitions_lost") else "on_partitions_revoked",
                              lost)
@@ -541,6 +566,7 @@ class Consumer:
                 instance_id=self.config["group.instance.id"], topic_partitions=None)), 5)
         except (KafkaConnectionError, OSError, asyncio.TimeoutError) as exc:
             log.warning("leaving group %s: %s", self.group_id, exc)
+        self._target = None
         self._drop(set(self._owned))
         self.member_epoch = 0
         self._send_full = True
