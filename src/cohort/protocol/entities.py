@@ -61,6 +61,15 @@ def error_code(code: int) -> ErrorCode:
     return _ERROR_CODES[code]
 
 
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (UNKNOWN_TOPIC_OR_PARTITION; UNKNOWN_ERROR_<code> for one kio
+    does not know)."""
+    try:
+        return _ERROR_CODES[code].name.upper()
+    except KeyError:
+        return f"UNKNOWN_ERROR_{code}"
+
+
 def has_field(cls: type, name: str) -> bool:
     return name in field_names(cls)
 

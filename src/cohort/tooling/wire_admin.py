@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from cohort.client.connection import (AuthenticationError, BrokerConnection, KafkaConnectionError, Security,
                                       UnsupportedVersionError)
-from cohort.protocol.entities import build, nested
+from cohort.protocol.entities import build, error_name, nested
 from cohort.protocol.versions import request_schema
 from cohort.tooling.client import ToolError, UsageError
 
@@ -343,16 +343,6 @@ class WireAdmin(ShareAdmin):
 
 # Kafka's retriable coordinator errors: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
 _RETRIABLE = {14, 15, 16}
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code (UNKNOWN_SERVER_ERROR for one it does not know)."""
-    from cohort.protocol.entities import error_code
-
-    try:
-        return error_code(code).name.upper()
-    except (KeyError, ValueError):
-        return f"UNKNOWN_ERROR_{code}"
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from cohort.client.connection import (AuthenticationError, BrokerConnection, KafkaConnectionError, Security,
                                       UnsupportedVersionError)
 from cohort.coordinator.consumer_protocol import ConsumerProtocolError, decode_assignment
-from cohort.protocol.entities import build, error_code, nested
+from cohort.protocol.entities import build, error_name, nested
 from cohort.protocol.versions import request_schema
 
 FIND_COORDINATOR, DESCRIBE_GROUPS, OFFSET_COMMIT = 10, 15, 8
@@ -136,14 +136,6 @@ class GroupAdmin:
         resp = await conn.request(OFFSET_COMMIT, version, group_id=group, generation_id_or_member_epoch=-1,
                                   member_id="", group_instance_id=None, topics=topics)
         return {(t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions}
-
-
-def error_name(code: int) -> str:
-    """Kafka's name for an error code (UNKNOWN_TOPIC_OR_PARTITION)."""
-    try:
-        return error_code(code).name.upper()
-    except KeyError:
-        return f"error {code}"
 
 
 def _error(code: int, message: str | None = None) -> str:

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cohort.upstream.admin import GroupAdmin, error_name
+from cohort.protocol.entities import error_name
+from cohort.upstream.admin import GroupAdmin
 from cohort.upstream.membership import describe_error
 
 log = logging.getLogger("cohort.upstream")
