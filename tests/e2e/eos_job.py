@@ -21,6 +21,11 @@ import confluent_kafka as ck
 IN, OUT, GROUP, TXN_ID = "eos-in", "eos-out", "eos-group", "eos-job"
 
 
+def say(what: str) -> None:
+    """A timestamped line in the job's log: where a run spent its time when a test reads it."""
+    print(f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: {what}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     bootstrap, protocol = sys.argv[1], sys.argv[2]
     max_rate = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
@@ -32,7 +37,9 @@ def main() -> int:
     producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": TXN_ID,
                             "transaction.timeout.ms": 10_000, "linger.ms": 5, **debug})
     try:
+        say("starts")
         producer.init_transactions(60)
+        say("transactions initialised")
         consumer.subscribe([IN])
         started, copied = time.monotonic(), 0
         while True:
@@ -45,11 +52,13 @@ def main() -> int:
             positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 60)
             producer.commit_transaction(60)
+            if not copied:
+                say(f"first commit, partitions {sorted(tp.partition for tp in positions)}")
             copied += len(msgs)
             if max_rate:
                 time.sleep(max(0.0, started + copied / max_rate - time.monotonic()))
     except ck.KafkaException as exc:
-        print(f"eos job stops: {exc}", file=sys.stderr, flush=True)
+        say(f"stops: {exc}")
         return 3
     finally:
         consumer.close()
