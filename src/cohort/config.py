@@ -214,6 +214,10 @@ declare("upstream.bootstrap.servers", str, "", "An existing Kafka-compatible clu
 declare("upstream.groups.topic", str, "__cohort_groups", "The upstream topic holding the group coordinator's "
         "records: created compacted with `offsets.topic.num.partitions` partitions if missing; an existing one "
         "decides the number of shards.", group="upstream")
+declare("upstream.share.state.topic", str, "__cohort_share_state", "The upstream topic holding the state of share "
+        "groups' share-partitions (which records are delivered, acknowledged, how often): created compacted with "
+        "as many partitions as `upstream.groups.topic`, partition k kept with group shard k and written through "
+        "transactional id `cohort-<upstream.cluster.name>-share-<k>`.", group="upstream")
 declare("upstream.groups.replication.factor", int, -1, "Replication factor of `upstream.groups.topic` when "
         "cohort creates it (-1: the upstream's default).", minimum=-1, maximum=32767, group="upstream")
 declare("upstream.cluster.name", str, "cohort", "Names this cohort cluster on the upstream: shard k is owned "

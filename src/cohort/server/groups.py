@@ -305,6 +305,9 @@ class GroupCoordinator:
         self.names = wire.TopicNames(self.topic_source.topic_by_id, self.topic_source.topics.get)
         # Called with the ids of groups DeleteGroups deleted, before it answers (share state).
         self.deleted_hooks: list[Callable[[list[str]], Any]] = []
+        # In front of an upstream, told when a shard starts (`taken(p)`) and stops (`given_up(p)`)
+        # being served here: what lives with a group (its share-partitions' state) follows it.
+        self.shard_hooks: list[Any] = []
 
     def _upstream_logs(self, shards: int) -> list:
         config = self.server.config
@@ -350,6 +353,16 @@ class GroupCoordinator:
         the log can be read, as Kafka reloads a failed shard."""
         if not fenced:
             self.server.spawn(self._reload(p))
+        else:
+            self.server.spawn(self._shard_given_up(p))
+
+    async def _shard_taken(self, p: int) -> None:
+        for hook in self.shard_hooks:
+            await hook.taken(p)
+
+    async def _shard_given_up(self, p: int) -> None:
+        for hook in self.shard_hooks:
+            await hook.given_up(p)
 
     async def _reload(self, p: int) -> None:
         runtime = self.runtimes[p]
@@ -363,6 +376,7 @@ class GroupCoordinator:
         log.info("%s: loaded again after its log failed", runtime.name)
         self.changes.everything()
         self.server.spawn(runtime.timer_loop())
+        await self._shard_taken(p)
 
     # --- placement ---------------------------------------------------------------------------
 
@@ -415,6 +429,8 @@ class GroupCoordinator:
         async def one(runtime: CoordinatorRuntime) -> tuple[int, int]:
             counts = await self._load_retrying(runtime) if self.upstream else await runtime.load()
             self.server.spawn(runtime.timer_loop())
+            if self.upstream:
+                self.server.spawn(self._shard_taken(self.partition_of(runtime)))
             return counts
 
         if self.upstream is not None:
@@ -466,6 +482,7 @@ class GroupCoordinator:
         count, _ = await self._load_retrying(runtime)
         log.info("%s: served from here (%d records loaded in %.2f s)", runtime.name, count, time.monotonic() - started)
         self.server.spawn(runtime.timer_loop())
+        await self._shard_taken(p)
 
     async def release(self, shards: list[int]) -> None:
         """Shared: these shards go to another instance. Each stops being served here (requests
@@ -483,6 +500,7 @@ class GroupCoordinator:
             runtime = self.runtimes[p]
             done = self._handing_over[p] = asyncio.Event()
             try:
+                await self._shard_given_up(p)
                 await runtime.hand_over(self._new_shard())
                 self.shards[p] = runtime.shard
                 self._stale.add(p)

@@ -59,7 +59,8 @@ log = logging.getLogger("cohort.upstream")
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, LIST_GROUPS = 0, 1, 3, 10, 16
 SASL_HANDSHAKE, API_VERSIONS, TXN_OFFSET_COMMIT, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 17, 18, 28, 36, 60
 GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69, 76, 77, PREPARE_ASSIGNMENT_KEY, INSTALL_ASSIGNMENT_KEY})
-LOCAL_APIS = GROUP_APIS | {SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE, TXN_OFFSET_COMMIT}
+SHARE_APIS = frozenset({78, 79, 90, 91, 92})  # ShareFetch, ShareAcknowledge, share group offsets: cohort's share groups
+LOCAL_APIS = GROUP_APIS | SHARE_APIS | {SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE, TXN_OFFSET_COMMIT}
 VERSION_CAPS = {PRODUCE: 9, FETCH: 15}  # NodeEndpoints (KIP-951) above these
 GROUP_KEY = 0
 GROUP_CONFIG_APIS, GROUP_RESOURCE = frozenset({32, 33, 44}), 32  # Describe-, Alter-, IncrementalAlterConfigs; GROUP
@@ -98,7 +99,8 @@ class UpstreamProxy:
         config = server.config
         self.server = server
         self.client = upstream_client_settings(config)
-        self.cluster = UpstreamCluster(self.client, frozenset({config["upstream.groups.topic"]}),
+        self.cluster = UpstreamCluster(self.client, frozenset({config["upstream.groups.topic"],
+                                                               config["upstream.share.state.topic"]}),
                                        timeout_s=config["upstream.request.timeout.ms"] / 1000)
         # This instance's coordinator node id: set, or chosen once the cohort cluster's members
         # are known (`_settle_node_id`); until then a provisional one that Metadata does not list.
@@ -334,6 +336,14 @@ class UpstreamProxy:
                 await asyncio.wait_for(self._progress.wait(), left)
             except asyncio.TimeoutError:
                 return
+
+    def refresh_soon(self) -> None:
+        """Read the upstream's metadata again now, not at the end of the period (a leader moved)."""
+        self._wanted.set()
+
+    def node_of(self, ctx: "RequestContext") -> int | None:
+        """The upstream node a connection reached (through its cohort port); None: the coordinator port."""
+        return self.listener_nodes.get(ctx.listener.name)
 
     async def _open_port(self, node_id: int) -> None:
         first = self.server.listeners[0]

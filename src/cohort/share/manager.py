@@ -42,6 +42,7 @@ from cohort.coordinator_common.runtime import CoordinatorRuntime, Failed, now_ms
 from cohort.broker.waiters import AppendWaiters
 from cohort.share import state as share_state
 from cohort.share.partition import AckError, SharePartition, StateBatch, Transition
+from cohort.share.records import EARLIEST, LATEST, LocalShareRecords
 from cohort.share.sessions import SessionError, ShareSession, ShareSessions
 
 if TYPE_CHECKING:
@@ -70,7 +71,19 @@ def install(server: "Server") -> None:
     server.shutdown_hooks.append(manager.unload)
     server.connection_closed.append(manager.connection_closed)
     server.broker.append_listeners.append(manager.appended)
-    server.broker.topic_listeners.append(manager.topics_changed)
+    proxy = getattr(server, "upstream_proxy", None)
+    if proxy is None:
+        server.broker.topic_listeners.append(manager.topics_changed)
+    else:  # in front of an upstream: its records, its topics, and the state kept in its topics
+        from cohort.share.upstream import UpstreamShareState
+        from cohort.upstream.share_records import UpstreamShareRecords
+
+        manager.records = UpstreamShareRecords(proxy.cluster, proxy.client, proxy.refresh_soon)
+        manager.upstream = UpstreamShareState(manager, server.group_coordinator, proxy.client, server.config)
+        manager.runtimes = []
+        manager.node_of = proxy.node_of
+        server.group_coordinator.shard_hooks.append(manager.upstream)  # type: ignore[attr-defined]
+        proxy.cluster.topic_listeners.append(manager.topics_changed)
 
 
 def state_key_string(key: Key) -> str:
@@ -89,6 +102,8 @@ class _OffsetsApis:
     broker: Any
     partitions: dict
     runtimes: list
+    records: Any
+    serving: Any
 
     def _progress(self, key: Key) -> tuple[int, int]:
         """(start offset, delivery-complete count) of a share-partition; (-1, -1) if it has no state."""
@@ -106,6 +121,9 @@ class _OffsetsApis:
         if not coordinator.serving(group_id):
             code, message = coordinator.unserved(group_id)
             return None, code, message
+        code, message = self.serving(group_id)
+        if code:
+            return None, code, message
         shard = coordinator.shard_for(group_id)
         group = shard.committed_state(group_id).share_groups.get(group_id)
         if group is None:
@@ -115,7 +133,15 @@ class _OffsetsApis:
                                                  else f"Group {group_id} not found.")
         return group, E.none, None
 
-    def describe_share_group_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
+    async def _high_watermark(self, topic: str, partition: int) -> int:
+        """The partition's end now (an upstream's is asked: the one last seen may be old)."""
+        if self.records.remote:
+            end = await self.records.offset_for(topic, partition, LATEST)
+            if end >= 0:
+                return end
+        return self.records.high_watermark(topic, partition)
+
+    async def describe_share_group_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         resp = req.codec.response_type
         group_cls = nested(resp, "groups")
         topic_cls = nested(group_cls, "topics")
@@ -138,7 +164,7 @@ class _OffsetsApis:
             for name, partitions in wanted:
                 if not ctx.authorize(acls.DESCRIBE, acls.TOPIC, name):
                     continue  # Kafka leaves out what the principal may not describe
-                topic = self.broker.topics.get(name)
+                topic = self.records.topic(name)
                 parts = []
                 for p in partitions:
                     if topic is None or not 0 <= p < topic.partitions:
@@ -146,7 +172,7 @@ class _OffsetsApis:
                                            error_code=E.unknown_topic_or_partition))
                         continue
                     start, complete = self._progress(Key(gid, topic.id, p))
-                    lag = -1 if start < 0 else max(self.broker.high_watermark(name, p) - start - complete, 0)
+                    lag = -1 if start < 0 else max(await self._high_watermark(name, p) - start - complete, 0)
                     parts.append(build(part_cls, partition_index=p, start_offset=start,
                                        leader_epoch=0 if start >= 0 else -1, lag=lag, error_code=E.none))
                 topics.append(build(topic_cls, topic_name=name, topic_id=None if topic is None else topic.id,
@@ -161,7 +187,8 @@ class _OffsetsApis:
         coordinator = self.server.group_coordinator
         if not coordinator.serving(group_id):
             return top(*coordinator.unserved(group_id))
-        return None
+        code, message = self.serving(group_id)
+        return top(code, message) if code else None
 
     async def alter_share_group_offsets(self, ctx: "RequestContext", req: DecodedRequest) -> Any:
         body, resp = req.body, req.codec.response_type
@@ -177,7 +204,7 @@ class _OffsetsApis:
         initialize: dict[uuid.UUID, tuple[str, tuple[int, ...]]] = {}
         starts: dict[Key, int] = {}
         for t in body.topics:
-            topic = self.broker.topics.get(t.topic_name)
+            topic = self.records.topic(t.topic_name)
             for p in t.partitions:
                 if not ctx.authorize(acls.READ, acls.TOPIC, t.topic_name):
                     errors[(t.topic_name, p.partition_index)] = E.topic_authorization_failed
@@ -200,7 +227,7 @@ class _OffsetsApis:
             for (key, _), r in zip(starts.items(), written):
                 self.partitions.pop(key, None)  # reloaded from the new state on its next fetch
                 if isinstance(r, Failed) or r.error_code:
-                    topic = self.broker.topic_by_id(key.topic_id)
+                    topic = self.records.topic_by_id(key.topic_id)
                     errors[(topic.name if topic else "", key.partition)] = E.coordinator_not_available
         by_topic: dict[str, list] = {}
         for t in body.topics:
@@ -208,7 +235,7 @@ class _OffsetsApis:
                 by_topic.setdefault(t.topic_name, []).append(build(
                     part_cls, partition_index=p.partition_index,
                     error_code=E(errors.get((t.topic_name, p.partition_index), E.none))))
-        topics = tuple(build(topic_cls, topic_name=name, topic_id=getattr(self.broker.topics.get(name), "id", None),
+        topics = tuple(build(topic_cls, topic_name=name, topic_id=getattr(self.records.topic(name), "id", None),
                              partitions=tuple(parts)) for name, parts in by_topic.items())
         return build(resp, throttle_time=ZERO, error_code=E.none, responses=topics)
 
@@ -224,7 +251,7 @@ class _OffsetsApis:
         errors: dict[str, int] = {}
         forget: list[uuid.UUID] = []
         for t in body.topics:
-            topic = self.broker.topics.get(t.topic_name)
+            topic = self.records.topic(t.topic_name)
             if not ctx.authorize(acls.READ, acls.TOPIC, t.topic_name):
                 errors[t.topic_name] = E.topic_authorization_failed
             elif topic is None:
@@ -239,7 +266,7 @@ class _OffsetsApis:
                 return top(result.error_code, result.error_message)
             await self._delete_state(lambda key: key.group_id == gid and key.topic_id in forget)
         topics = tuple(build(topic_cls, topic_name=t.topic_name,
-                             topic_id=getattr(self.broker.topics.get(t.topic_name), "id", None),
+                             topic_id=getattr(self.records.topic(t.topic_name), "id", None),
                              error_code=E(errors.get(t.topic_name, E.none))) for t in body.topics)
         return build(resp, throttle_time=ZERO, error_code=E.none, responses=topics)
 
@@ -252,7 +279,7 @@ class _OffsetsApis:
     async def _delete_state(self, matches: Any) -> None:
         for key in [k for k in self.partitions if matches(k)]:
             del self.partitions[key]
-        for runtime in self.runtimes:
+        for runtime in self.state_runtimes():
             keys = tuple(k for k in runtime.shard.state if matches(k))
             if keys:
                 await runtime.write_async(share_state.DeleteShareState(keys))
@@ -275,16 +302,28 @@ class SharePartitionManager(_OffsetsApis):
         self._lock_wake = asyncio.Event()
         self._waiters = AppendWaiters()  # share fetches waiting on (topic, partition): appends, releases
         self.runtimes: list[CoordinatorRuntime] = []
-        order = server.group_coordinator.order  # type: ignore[attr-defined]
+        self.records: Any = LocalShareRecords(server.broker)
+        # In front of an upstream: the state of a share group's share-partitions lives in the
+        # shard of the group's own (`UpstreamShareState`), and moves with it.
+        self.upstream: Any = None
+        self.node_of: Any = lambda ctx: None  # the broker node a connection reached (sessions are per node)
         for p, slog in enumerate(self.broker.share_state_logs):
-            self.runtimes.append(CoordinatorRuntime(
-                f"{SHARE_STATE_TOPIC}-{p}", share_state.ShareCoordinatorShard(), slog, encode=share_state.encode,
-                decode=share_state.decode, offload=lambda fn, *args: server.offload(fn, *args), order=order,
-                loading_message=LOADING))
+            self.runtimes.append(self.state_runtime(f"{SHARE_STATE_TOPIC}-{p}", slog))
         self.loaded = False
         # counters for /metrics
         self.acknowledgements = {"accept": 0, "release": 0, "reject": 0, "renew": 0, "gap": 0}
         self.lock_timeouts = 0
+
+    def new_state_shard(self) -> share_state.ShareCoordinatorShard:
+        return share_state.ShareCoordinatorShard()
+
+    def state_runtime(self, name: str, slog: Any) -> CoordinatorRuntime:
+        """The runtime of one share coordinator shard over its record log."""
+        server = self.server
+        return CoordinatorRuntime(
+            name, self.new_state_shard(), slog, encode=share_state.encode, decode=share_state.decode,
+            offload=lambda fn, *args: server.offload(fn, *args), order=server.group_coordinator.order,  # type: ignore[attr-defined]
+            loading_message=LOADING)
 
     # --- views (metrics, dashboard) ------------------------------------------------------------
 
@@ -301,11 +340,11 @@ class SharePartitionManager(_OffsetsApis):
         share-partition in memory, sorted."""
         rows = []
         for key, sp in self.partitions.items():
-            topic = self.broker.topic_by_id(key.topic_id)
+            topic = self.records.topic_by_id(key.topic_id)
             if topic is None:
                 continue
             complete = sp.delivery_complete_count()
-            lag = max(self.broker.high_watermark(topic.name, key.partition) - sp.start - complete, 0)
+            lag = max(self.records.high_watermark(topic.name, key.partition) - sp.start - complete, 0)
             rows.append((key.group_id, topic.name, key.partition, sp.start, sp.end, sp.acquired_count(), complete, lag))
         return sorted(rows)
 
@@ -313,7 +352,7 @@ class SharePartitionManager(_OffsetsApis):
         """Each share group with its members and share-partitions, for the dashboard."""
         by_group: dict[str, list] = {}
         for group, topic, partition, start, end, acquired, complete, lag in self.partition_views():
-            sp = self.partitions.get(Key(group, self.broker.topics[topic].id, partition))
+            sp = self.partitions.get(Key(group, self.records.topic(topic).id, partition))
             by_group.setdefault(group, []).append({
                 "topic": topic, "partition": partition, "start": start, "end": end, "in_flight": end - start,
                 "acquired": acquired, "archived": 0 if sp is None else sp.archived_count(), "finished": complete,
@@ -325,7 +364,7 @@ class SharePartitionManager(_OffsetsApis):
                 for mid in sorted(group.members):
                     m = group.members[mid]
                     assigned = sorted((t.name, p) for tid, ps in m.assigned_partitions.items()
-                                      if (t := self.broker.topic_by_id(tid)) is not None for p in ps)
+                                      if (t := self.records.topic_by_id(tid)) is not None for p in ps)
                     members.append({"member_id": mid, "client_id": m.client_id, "host": m.client_host,
                                     "epoch": m.member_epoch, "assigned": assigned})
                 partitions = by_group.get(gid, [])
@@ -336,22 +375,54 @@ class SharePartitionManager(_OffsetsApis):
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def load(self) -> None:
-        for runtime in self.runtimes:
-            await runtime.load()
+        if self.upstream is None:  # in front of an upstream each shard loads with its group shard
+            for runtime in self.runtimes:
+                await runtime.load()
         self.loaded = True
         self.server.spawn(self._lock_loop())
-        self.topics_changed()  # topics deleted while the broker was down
+        if self.upstream is None:
+            self.topics_changed()  # topics deleted while the broker was down
 
     async def unload(self) -> None:
         self.loaded = False
         self._lock_wake.set()
         for runtime in self.runtimes:
             runtime.unload()
+        if self.upstream is not None:
+            await self.upstream.close()
+        await self.records.close()
+
+    def state_runtimes(self) -> list[CoordinatorRuntime]:
+        """The share coordinator shards (in front of an upstream: those loaded here)."""
+        if self.upstream is not None:
+            return [r for r in self.upstream.runtimes if r.loaded]
+        return self.runtimes
 
     def runtime_for(self, key: Key) -> CoordinatorRuntime:
+        if self.upstream is not None:
+            return self.upstream.runtime_for(key.group_id)
         if len(self.runtimes) == 1:
             return self.runtimes[0]
         return self.runtimes[partition_for(state_key_string(key), len(self.runtimes))]
+
+    def serving(self, group_id: str) -> tuple[int, str | None]:
+        """(E.none, None) when share fetches of the group are served here; else the error and message."""
+        if not self.loaded:
+            return E.coordinator_load_in_progress, LOADING
+        if self.upstream is None:
+            return E.none, None
+        return self.upstream.serving(group_id)
+
+    def forget_groups(self, matches: Any) -> None:
+        """The share-partitions and share sessions of the groups ``matches`` accepts are no longer
+        served here (their shard went to another instance): dropped from memory, unwritten. The
+        records they held are acquired afresh from the state the new owner loads, as after a
+        lock timeout."""
+        for key in [k for k in self.partitions if matches(k.group_id)]:
+            del self.partitions[key]
+            self._wake(key)
+        for session in [s for s in self.sessions.sessions.values() if matches(s.group_id)]:
+            self.sessions.close(session)
 
     # --- share-partitions --------------------------------------------------------------------
 
@@ -370,7 +441,11 @@ class SharePartitionManager(_OffsetsApis):
         runtime = self.runtime_for(key)
         snapshot = runtime.shard.read(key)
         if snapshot is None or snapshot.start_offset < 0:
-            start = self._reset_offset(key.group_id, topic_name, key.partition)
+            start = await self._reset_offset(key.group_id, topic_name, key.partition)
+            if start < 0:
+                raise SessionError(E.leader_not_available, "the partition's offsets cannot be read now")
+            snapshot = runtime.shard.read(key)  # another fetch may have initialized it meanwhile
+        if snapshot is None or snapshot.start_offset < 0:
             result = await runtime.write_async(share_state.InitializeShareState(key, start))
             if isinstance(result, Failed) or result.error_code:
                 raise SessionError(E.coordinator_not_available, "the share-partition's state could not be written")
@@ -387,20 +462,16 @@ class SharePartitionManager(_OffsetsApis):
         coordinator = self.server.group_coordinator  # type: ignore[attr-defined]
         return self._group_config(group_id).share_record_lock_duration(coordinator.config)
 
-    def _reset_offset(self, group_id: str, topic: str, partition: int) -> int:
-        """Where a share-partition without state starts: `share.auto.offset.reset`."""
-        log_ = self.broker.log(topic, partition)
-        if log_ is None:
-            return 0
+    async def _reset_offset(self, group_id: str, topic: str, partition: int) -> int:
+        """Where a share-partition without state starts: `share.auto.offset.reset` (-1: the
+        partition's offsets cannot be read now)."""
         reset = self._group_config(group_id).share_auto_offset_reset
         if reset == "earliest":
-            return log_.start_offset
+            return await self.records.offset_for(topic, partition, EARLIEST)
         look_back = share_reset_ms(reset)
-        end = self.broker.high_watermark(topic, partition)
         if look_back is None:
-            return end
-        found = log_.offset_for_timestamp(int(time.time() * 1000) - look_back)
-        return end if found is None else found[0]
+            return await self.records.offset_for(topic, partition, LATEST)
+        return await self.records.offset_for(topic, partition, int(time.time() * 1000) - look_back)
 
     # --- durability ----------------------------------------------------------------------------
 
@@ -460,16 +531,16 @@ class SharePartitionManager(_OffsetsApis):
         self._waiters.notify(topic, partition)
 
     def _wake(self, key: Key) -> None:
-        topic = self.broker.topic_by_id(key.topic_id)
+        topic = self.records.topic_by_id(key.topic_id)
         if topic is not None:
             self._waiters.notify(topic.name, key.partition)
 
     def topics_changed(self) -> None:
         """A deleted topic's share-partitions go, with their durable state (Kafka writes their
         tombstones); a topic created again under the name has a new id, so it starts afresh."""
-        gone = {k.topic_id for k in self.partitions if self.broker.topic_by_id(k.topic_id) is None}
-        gone |= {k.topic_id for r in self.runtimes for k in r.shard.state
-                 if self.broker.topic_by_id(k.topic_id) is None}
+        gone = {k.topic_id for k in self.partitions if self.records.topic_by_id(k.topic_id) is None}
+        gone |= {k.topic_id for r in self.state_runtimes() for k in r.shard.state
+                 if self.records.topic_by_id(k.topic_id) is None}
         if gone and self.loaded:
             self.server.spawn(self._delete_state(lambda key: key.topic_id in gone))
 
@@ -522,7 +593,7 @@ class SharePartitionManager(_OffsetsApis):
                 if p.acknowledgement_batches:
                     by_partition.setdefault((t.topic_id, p.partition_index), []).extend(p.acknowledgement_batches)
         for (topic_id, partition), batches in by_partition.items():
-            topic = self.broker.topic_by_id(topic_id)
+            topic = self.records.topic_by_id(topic_id)
             if topic is None:
                 results[(topic_id, partition)] = E.unknown_topic_id
                 continue
@@ -579,8 +650,9 @@ class SharePartitionManager(_OffsetsApis):
             return top(E.invalid_request, "Invalid member id in the request." if group_id else "Invalid group id.")
         if not ctx.authorize(acls.READ, acls.GROUP, group_id):
             return top(E.group_authorization_failed)
-        if not self.loaded:
-            return top(E.coordinator_load_in_progress, LOADING)
+        code, message = self.serving(group_id)
+        if code:
+            return top(code, message)
         config = self._group_config(group_id)  # read once per request
         lock_ms = config.share_record_lock_duration(self.server.group_coordinator.config)  # type: ignore[attr-defined]
         renew = bool(getattr(body, "is_renew_ack", False))
@@ -595,7 +667,7 @@ class SharePartitionManager(_OffsetsApis):
                 if has_acks:
                     return top(E.invalid_request, "Acknowledgements cannot be sent with a share session epoch of 0.")
                 try:
-                    session, previous = self.sessions.open(group_id, member_id, ctx, named)
+                    session, previous = self.sessions.open(group_id, member_id, ctx, named, self.node_of(ctx))
                 except SessionError as exc:
                     await asyncio.sleep(max_wait)  # Kafka waits MaxWaitMs before saying so
                     raise exc
@@ -603,7 +675,7 @@ class SharePartitionManager(_OffsetsApis):
                     previous.connection = None  # replaced: its connection's close releases nothing (KAFKA-19950)
                 fresh = True
             else:
-                session = self.sessions.get(group_id, member_id, epoch)
+                session = self.sessions.get(group_id, member_id, epoch, self.node_of(ctx))
                 fresh = False
                 if epoch > 0:
                     for tp in named:
@@ -628,9 +700,9 @@ class SharePartitionManager(_OffsetsApis):
                 fetched, errors, nbytes, keys = await self._acquire(ctx, session, body, config, lock_ms)
                 remaining = deadline - asyncio.get_running_loop().time()
                 if nbytes >= max(body.min_bytes, 1) or errors or remaining <= 0 or not keys \
-                        or self.sessions.sessions.get((group_id, member_id)) is not session:
+                        or not self.sessions.current(session):
                     break
-                await self._waiters.wait(keys, remaining)
+                await self._wait(keys, remaining, config.share_isolation_level == "read_committed")
         answer_all = list(session.partitions) if fresh else []
         return self._fetch_response(resp, fetched, acks, answer_all, lock_ms, errors)
 
@@ -651,7 +723,7 @@ class SharePartitionManager(_OffsetsApis):
             order = order[shift:] + order[:shift]
             session.rotation += 1
         for topic_id, partition in order:
-            topic = self.broker.topic_by_id(topic_id)
+            topic = self.records.topic_by_id(topic_id)
             if topic is None:
                 errors[(topic_id, partition)] = E.unknown_topic_id
                 continue
@@ -670,16 +742,17 @@ class SharePartitionManager(_OffsetsApis):
             except SessionError as exc:
                 errors[(topic_id, partition)] = exc.code
                 continue
-            log_ = self.broker.log(topic.name, partition)
-            if log_ is None:
+            log_start = self.records.log_start(topic.name, partition)
+            if log_start < 0:
                 continue
-            if sp.move_start(log_.start_offset):
+            if sp.move_start(log_start):
                 self._write_behind(key, sp, [])
             if not sp.can_acquire():
                 continue
             strict = getattr(body, "share_acquire_mode", 0) == 1
-            chunks, acquired = self._acquire_from(key, sp, topic.name, member_id, read_committed, lock_ms,
-                                                  max_records - records, max(budget - total, 0), total == 0, strict)
+            chunks, acquired = await self._acquire_from(key, sp, topic.name, member_id, read_committed, lock_ms,
+                                                        max_records - records, max(budget - total, 0), total == 0,
+                                                        strict)
             self._watch_locks(key, sp)
             if not acquired:
                 continue
@@ -689,27 +762,26 @@ class SharePartitionManager(_OffsetsApis):
             records += sum(r.last_offset - r.first_offset + 1 for r in acquired)
         return fetched, errors, total, keys
 
-    def _acquire_from(self, key: Key, sp: SharePartition, topic: str, member_id: str, read_committed: bool,
-                      lock_ms: int, max_records: int, limit: int, first: bool, strict: bool) -> tuple[list, list]:
+    async def _acquire_from(self, key: Key, sp: SharePartition, topic: str, member_id: str, read_committed: bool,
+                            lock_ms: int, max_records: int, limit: int, first: bool, strict: bool) -> tuple[list, list]:
         """Read the log from the share-partition's next fetch offset and acquire, a chunk at a time
         (a fetch wants MaxRecords, not MaxBytes of data: reading 50 MB to hand out 500 records would
         cost more than the rest of the fetch): (the whole batches that hold the acquired records,
         the acquired ranges)."""
-        log_ = self.broker.log(topic, key.partition)
         chunks: list[bytes] = []
         acquired: list = []
         got = 0
         while got < max_records and limit > 0 and sp.can_acquire():
             offset = sp.next_fetch_offset()
             size = min(limit, READ_CHUNK)
-            if read_committed:
-                code, data, found = self.broker.read_committed(topic, key.partition, offset, size,
-                                                               allow_oversize=first and not chunks)
-            else:
-                code, data = self.broker.read(topic, key.partition, offset, size, allow_oversize=first and not chunks)
-                found = []
-            if code == E.offset_out_of_range and log_ is not None and offset < log_.start_offset:
-                if sp.move_start(log_.start_offset):
+            read = await self.records.read(topic, key.partition, offset, size, read_committed,
+                                           allow_oversize=first and not chunks)
+            code, data, found = read.code, read.data, read.aborted
+            if code == E.offset_out_of_range:
+                start = read.log_start if read.log_start >= 0 else await self.records.offset_for(
+                    topic, key.partition, EARLIEST)
+                if 0 <= offset < start and sp.move_start(start):
+                    self._write_behind(key, sp, [])
                     continue
                 break
             if code != E.none or not data:
@@ -729,6 +801,22 @@ class SharePartitionManager(_OffsetsApis):
             if sp.next_fetch_offset() <= offset:  # nothing moved (e.g. every record there is held by others)
                 break
         return chunks, acquired
+
+    async def _wait(self, keys: list[tuple[str, int]], timeout: float, read_committed: bool) -> None:
+        """Until records may be there for a waiting share fetch: a local append, a release or a
+        lock timeout wakes the waiters; records appended to an upstream are waited for with a
+        long-polling fetch there as well."""
+        if not self.records.remote:
+            await self._waiters.wait(keys, timeout)
+            return
+        waits = [asyncio.ensure_future(self._waiters.wait(keys, timeout)),
+                 asyncio.ensure_future(self.records.wait_for_records(keys, timeout, read_committed))]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     def _fetch_response(self, resp: type, fetched: dict, acks: dict, answer_all: list, lock_ms: int,
                         errors: dict | None = None) -> Any:
@@ -772,13 +860,14 @@ class SharePartitionManager(_OffsetsApis):
             return top(E.invalid_request, "Invalid member id in the request." if group_id else "Invalid group id.")
         if not ctx.authorize(acls.READ, acls.GROUP, group_id):
             return top(E.group_authorization_failed)
-        if not self.loaded:
-            return top(E.coordinator_load_in_progress, LOADING)
+        code, message = self.serving(group_id)
+        if code:
+            return top(code, message)
         lock_ms = self._lock_ms(group_id)
         if epoch == 0:
             return top(E.invalid_share_session_epoch, "A ShareAcknowledge cannot open a share session (epoch 0).")
         try:
-            session = self.sessions.get(group_id, member_id, epoch)
+            session = self.sessions.get(group_id, member_id, epoch, self.node_of(ctx))
         except SessionError as exc:
             return top(exc.code, exc.message)
         if epoch > 0:

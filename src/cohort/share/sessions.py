@@ -6,6 +6,10 @@ it (it must equal the stored one; it then goes up by one, wrapping from INT32_MA
 closes it. A session belongs to the connection that opened it: when that connection closes,
 the member's acquired records are released, unless a newer session of the member replaced it
 meanwhile (KAFKA-19950). There is no idle eviction, as in Kafka 4.2; `max_sessions` bounds them.
+
+A client keeps one session per broker it fetches from. In front of an upstream, one cohort
+instance answers for several of the upstream's brokers (a port each), so a session is keyed by
+the node it was opened with as well (None for a broker that is only itself).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class ShareSession:
     group_id: str
     member_id: str
     connection: object
+    node: object = None
     epoch: int = 1
     partitions: dict[SharePartitionId, None] = field(default_factory=dict)  # ordered set
     rotation: int = 0  # where the next fetch starts, so no partition starves
@@ -41,27 +46,27 @@ class ShareSessions:
 
     def __init__(self, max_sessions: int) -> None:
         self.max_sessions = max_sessions
-        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.sessions: dict[tuple[str, str, object], ShareSession] = {}
 
-    def open(self, group_id: str, member_id: str, connection: object,
-             partitions: list[SharePartitionId]) -> tuple[ShareSession, ShareSession | None]:
+    def open(self, group_id: str, member_id: str, connection: object, partitions: list[SharePartitionId],
+             node: object = None) -> tuple[ShareSession, ShareSession | None]:
         """Epoch 0: a new session (returned) replacing the member's previous one (also returned,
         for its records to be released)."""
-        key = (group_id, member_id)
+        key = (group_id, member_id, node)
         previous = self.sessions.pop(key, None)
         if len(self.sessions) >= self.max_sessions:
             if previous is not None:
                 self.sessions[key] = previous
             raise SessionError(SHARE_SESSION_LIMIT_REACHED, f"The share session cache is full "
                                f"({self.max_sessions} sessions).")
-        session = self.sessions[key] = ShareSession(group_id, member_id, connection)
+        session = self.sessions[key] = ShareSession(group_id, member_id, connection, node)
         for tp in partitions:
             session.partitions[tp] = None
         return session, previous
 
-    def get(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
+    def get(self, group_id: str, member_id: str, epoch: int, node: object = None) -> ShareSession:
         """The session a request with a positive epoch (or -1) continues."""
-        session = self.sessions.get((group_id, member_id))
+        session = self.sessions.get((group_id, member_id, node))
         if session is None:
             raise SessionError(SHARE_SESSION_NOT_FOUND, f"The share session for member {member_id} of group "
                                f"{group_id} was not found.")
@@ -74,9 +79,13 @@ class ShareSessions:
     def advance(session: ShareSession) -> None:
         session.epoch = 1 if session.epoch == INT32_MAX else session.epoch + 1
 
+    def current(self, session: ShareSession) -> bool:
+        """The session is still its member's (not closed or replaced)."""
+        return self.sessions.get((session.group_id, session.member_id, session.node)) is session
+
     def close(self, session: ShareSession) -> None:
-        if self.sessions.get((session.group_id, session.member_id)) is session:
-            del self.sessions[(session.group_id, session.member_id)]
+        if self.current(session):
+            del self.sessions[(session.group_id, session.member_id, session.node)]
 
     def of_connection(self, connection: object) -> list[ShareSession]:
         return [s for s in self.sessions.values() if s.connection is connection]

@@ -66,6 +66,8 @@ class UpstreamCluster:
         # (topic, partition) -> its upstream offsets, read with the metadata: the lag the
         # coordinator's lag-aware assignment and metrics use (as the broker's `logs`).
         self.logs: dict[tuple[str, int], PartitionOffsets] = {}
+        # (topic, partition) -> the upstream node id leading it (share fetches read from it)
+        self.leaders: dict[tuple[str, int], int] = {}
 
     # --- the coordinator's view ----------------------------------------------------------------
 
@@ -85,8 +87,8 @@ class UpstreamCluster:
     # --- refreshing (blocking: run on a worker thread, apply on the loop) -----------------------
 
     def fetch(self) -> tuple[Brokers, dict[str, UpstreamTopic], dict[tuple[str, int], "PartitionOffsets"]]:
-        """The upstream's brokers, topics and their partitions' offsets now. Raises OSError with a
-        one-line reason."""
+        """The upstream's brokers, topics and their partitions' offsets now (and, in `leaders`,
+        who leads each partition). Raises OSError with a one-line reason."""
         import confluent_kafka as ck
         from confluent_kafka import TopicCollection
         from confluent_kafka.admin import AdminClient
@@ -100,17 +102,23 @@ class UpstreamCluster:
         brokers = Brokers({b.id: (b.host, b.port) for b in md.brokers.values()}, md.cluster_id, md.controller_id)
         names = sorted(name for name, t in md.topics.items() if t.error is None)
         topics: dict[str, UpstreamTopic] = {}
+        leaders = {(name, p.id): p.leader for name, t in md.topics.items() if t.error is None
+                   for p in t.partitions.values() if p.leader >= 0}
         if names:
             futures = self._admin.describe_topics(TopicCollection(names), request_timeout=self._timeout)
             for name, fut in futures.items():
                 try:
                     d = fut.result(self._timeout)
-                except Exception:  # noqa: BLE001 - deleted meanwhile: seen at the next refresh
+                except Exception:  # noqa: BLE001 - deleted meanwhile, or no answer now: the next refresh says
+                    known = self.topics.get(name)
+                    if known is not None:  # not taken for deleted on one failed answer (its share state would go)
+                        topics[name] = known
                     continue
                 tid = d.topic_id
                 bits = (tid.get_most_significant_bits() << 64 | tid.get_least_significant_bits() & (2**64 - 1))
                 topics[name] = UpstreamTopic(name, uuid.UUID(int=bits & (2**128 - 1)), len(d.partitions),
                                              name in self._internal)
+        self.leaders = leaders  # one reference swapped: readers on the loop see the old or the new map
         return brokers, topics, self._offsets(topics)
 
     def _offsets(self, topics: dict[str, UpstreamTopic]) -> dict[tuple[str, int], "PartitionOffsets"]:

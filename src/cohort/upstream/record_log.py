@@ -41,9 +41,10 @@ class UpstreamLogError(OSError):
     """The upstream refused or lost an append (an OSError, as the runtime expects of a log)."""
 
 
-def transactional_id(cluster: str, shard: int) -> str:
-    """The transactional id that fences shard ``shard`` of cohort cluster ``cluster``."""
-    return f"cohort-{cluster}-shard-{shard}"
+def transactional_id(cluster: str, shard: int, kind: str = "shard") -> str:
+    """The transactional id that fences shard ``shard`` of cohort cluster ``cluster``: of the
+    group coordinator (``shard``), or of the share coordinator (``share``)."""
+    return f"cohort-{cluster}-{kind}-{shard}"
 
 
 class UpstreamRecordLog:
