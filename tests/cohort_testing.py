@@ -293,3 +293,74 @@ class TansuProcess:
             self.proc.wait()
         self._log.close()
         return 0
+
+
+class ShareLedger:
+    """What explicit-mode share consumers were given, and which of their ACCEPTs the broker
+    confirmed (commit_sync said so for the record's partition): what Kafka guarantees is that a
+    confirmed record is never delivered again."""
+
+    def __init__(self) -> None:
+        import collections
+
+        self.deliveries: list[tuple[bytes, int, float]] = []  # (value, delivery count, when)
+        self.confirmed: dict[bytes, float] = {}  # value -> when its ACCEPT was confirmed
+        self.refused: collections.Counter = collections.Counter()  # why ACCEPTs were not confirmed, by records
+
+    def poll(self, consumer: Any, timeout: float = 0.2) -> None:
+        """One poll; every record given is accepted and the acceptance committed synchronously."""
+        batch = [m for m in consumer.poll(timeout) or [] if m.error() is None]
+        now = time.monotonic()
+        for m in batch:
+            self.deliveries.append((m.value(), m.delivery_count(), now))
+            consumer.acknowledge(m)
+        if not batch:
+            return
+        try:
+            results = consumer.commit_sync(30)
+        except Exception as exc:  # noqa: BLE001 - a commit cut short (a kill): nothing is confirmed
+            self.refused[f"commit_sync raised {type(exc).__name__}"] += len(batch)
+            return
+        done = time.monotonic()
+        errors = {(tp.topic, tp.partition): err for tp, err in results.items()}
+        for m in batch:
+            err = errors.get((m.topic(), m.partition()), "no result")
+            if err is None:
+                self.confirmed.setdefault(m.value(), done)
+            else:
+                self.refused[str(err)] += 1
+
+    def delivered(self) -> set[bytes]:
+        return {v for v, _, _ in self.deliveries}
+
+    def quiet_for(self) -> float:
+        """Seconds since the last delivery (infinite before the first)."""
+        return time.monotonic() - self.deliveries[-1][2] if self.deliveries else float("inf")
+
+    def confirmed_then_delivered(self) -> list[tuple[bytes, int]]:
+        return [(v, n) for v, n, when in self.deliveries if v in self.confirmed and when > self.confirmed[v]]
+
+
+def produce_jobs(settings: Mapping[str, Any], topic: str, records: int, produced: list[bytes],
+                 stop: threading.Event, every: int, pause: float, partitions: int | None = None) -> None:
+    """`records` values b"job-00000"... (idempotent producer), appended to ``produced`` as they
+    go out, pausing ``pause`` s every ``every`` records (a steady load for a test's faults to land
+    in); round-robin over ``partitions`` if given. Flushes until done or ``stop`` is set."""
+    from confluent_kafka import Producer
+
+    p = Producer({**settings, "linger.ms": 5, "enable.idempotence": True})
+    for i in range(records):
+        value = b"job-%05d" % i
+        extra = {} if partitions is None else {"partition": i % partitions}
+        while True:
+            try:
+                p.produce(topic, value=value, **extra)
+                break
+            except BufferError:
+                p.poll(0.1)
+        produced.append(value)
+        if i % every == every - 1:
+            p.poll(0)
+            time.sleep(pause)
+    while p.flush(1) and not stop.is_set():
+        pass

@@ -6,18 +6,17 @@ at least once, and the group resumes after the restart."""
 
 from __future__ import annotations
 
-import collections
 import socket
 import threading
 import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from cohort.librdkafka import RESTART_SAFE
-from cohort_testing import ServerProcess
+from cohort_testing import ServerProcess, ShareLedger, produce_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
@@ -56,69 +55,32 @@ def test_no_accepted_record_is_delivered_again_after_a_kill_9(server):
     produced: list[bytes] = []
     stop = threading.Event()
 
-    def produce() -> None:
-        p = Producer({**settings, "linger.ms": 5, "enable.idempotence": True})
-        for i in range(RECORDS):
-            value = b"job-%05d" % i
-            while True:
-                try:
-                    p.produce(topic, value=value)
-                    break
-                except BufferError:
-                    p.poll(0.1)
-            produced.append(value)
-            if i % 50 == 49:
-                p.poll(0)
-                time.sleep(0.01)
-        while p.flush(1) and not stop.is_set():
-            pass
-
-    producer = threading.Thread(target=produce, name="producer")
+    producer = threading.Thread(target=produce_jobs, args=(settings, topic, RECORDS, produced, stop, 50, 0.01),
+                                name="producer")
     producer.start()
     consumers = [ShareConsumer({**settings, "group.id": group, "share.acknowledgement.mode": "explicit",
                                 "log_level": 2}) for _ in range(3)]
     for c in consumers:
         c.subscribe([topic])
-    deliveries: list[tuple[bytes, int, float]] = []  # (value, delivery count, when)
-    confirmed: dict[bytes, float] = {}  # value -> when its ACCEPT was confirmed
-    refused: collections.Counter = collections.Counter()  # why acknowledgements were not confirmed, by records
+    ledger = ShareLedger()
     killed = False
     deadline = time.monotonic() + 120
     try:
         while True:
-            assert time.monotonic() < deadline, (f"{len(set(v for v, _, _ in deliveries))} of {len(produced)} "
+            assert time.monotonic() < deadline, (f"{len(ledger.delivered())} of {len(produced)} "
                                                  "records delivered before the deadline")
-            if not killed and len(deliveries) >= RECORDS // 3:
+            if not killed and len(ledger.deliveries) >= RECORDS // 3:
                 server.proc.kill()
                 assert server.stop() == -9
                 time.sleep(0.5)
                 server.start()
                 killed = True
             for c in consumers:
-                batch = [m for m in c.poll(0.2) or [] if m.error() is None]
-                now = time.monotonic()
-                for m in batch:
-                    deliveries.append((m.value(), m.delivery_count(), now))
-                    c.acknowledge(m)
-                if not batch:
-                    continue
-                try:
-                    results = c.commit_sync(30)
-                except Exception as exc:  # noqa: BLE001 - a commit cut by the kill: nothing is confirmed
-                    refused[f"commit_sync raised {type(exc).__name__}"] += len(batch)
-                    continue
-                done = time.monotonic()
-                errors = {(tp.topic, tp.partition): err for tp, err in results.items()}
-                for m in batch:
-                    err = errors.get((m.topic(), m.partition()), "no result")
-                    if err is None:
-                        confirmed.setdefault(m.value(), done)
-                    else:
-                        refused[str(err)] += 1
+                ledger.poll(c)
             # Records whose acknowledgement the kill cut short come back once the broker is up
             # again; the run ends when every record was delivered and none came for QUIET_S.
-            if (killed and not producer.is_alive() and deliveries and time.monotonic() - deliveries[-1][2] >= QUIET_S
-                    and set(produced) <= {v for v, _, _ in deliveries}):
+            if (killed and not producer.is_alive() and ledger.quiet_for() >= QUIET_S
+                    and set(produced) <= ledger.delivered()):
                 break
     finally:
         stop.set()
@@ -127,7 +89,7 @@ def test_no_accepted_record_is_delivered_again_after_a_kill_9(server):
             c.close()
     assert killed
     # every produced record was delivered, and none after its ACCEPT was confirmed
-    assert set(produced) <= {v for v, _, _ in deliveries}
-    again = [(v, n) for v, n, when in deliveries if v in confirmed and when > confirmed[v]]
+    assert set(produced) <= ledger.delivered()
+    again = ledger.confirmed_then_delivered()
     assert again == [], f"{len(again)} confirmed records delivered again, e.g. {again[:5]}"
-    assert len(confirmed) >= RECORDS * 0.9, f"acknowledgements not confirmed, by reason: {dict(refused)}"
+    assert len(ledger.confirmed) >= RECORDS * 0.9, f"acknowledgements not confirmed, by reason: {dict(ledger.refused)}"

@@ -20,7 +20,7 @@ from kio.index import load_request_schema
 from cohort.coordinator.consumer_protocol import decode_assignment
 from cohort.protocol.entities import build, nested
 from cohort_testing import ServerProcess, WireClient
-from upstream_clients import committed_offsets, coordinator_of
+from upstream_clients import brokers_of, cluster_formed, committed_offsets, coordinator_of, own_node_id, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.heavy, pytest.mark.timeout(300)]
 
@@ -40,37 +40,6 @@ def instance(path, upstream, *settings: str) -> ServerProcess:
                          f"upstream.groups.topic={GROUPS_TOPIC}", f"upstream.cluster.name={CLUSTER}",
                          "upstream.membership.session.timeout.ms=6000", *FAST, *settings,
                          log_path=str(path / "server.log")).start()
-
-
-def own_node_id(port: int) -> int | None:
-    """The node id the instance on ``port`` lists itself under in Metadata (None: not settled)."""
-    own = [n for n, (_, p) in brokers_of(port).items() if p == port]
-    return own[0] if own else None
-
-
-def settled_ids(ports: list[int]) -> list[int] | None:
-    """Each instance's node id once every instance lists every other one, else None."""
-    ids = [own_node_id(port) for port in ports]
-    if None in ids or len(set(ids)) != len(ids):
-        return None
-    if any(not set(ids) <= set(brokers_of(port)) for port in ports):
-        return None
-    return ids
-
-
-def brokers_of(port: int) -> dict[int, tuple[str, int]]:
-    """node id -> (host, port) as Metadata from the instance on ``port`` lists them."""
-    with WireClient(port) as w:
-        md = w.request(3, 12, build(load_request_schema(3, 12), topics=None, allow_auto_topic_creation=False,
-                                    include_topic_authorized_operations=False))
-    return {b.node_id: (b.host, b.port) for b in md.brokers}
-
-
-def wait_for(what: str, check, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 class Group:
@@ -176,18 +145,10 @@ def test_three_instances_share_the_shards_move_a_killed_ones_groups_and_fence_a_
         started = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             launched.extend(pool.map(lambda name: instance(tmp_path / name, upstream), "abc"))
-        probe = [f"group-{i}" for i in range(30)]
+        probe = [f"group-{i}" for i in range(30)]  # the groups cluster_formed looks at
         found: list[int] = []
-
-        def formed() -> bool:
-            ids = settled_ids([p.port for p in launched])
-            if ids is None:
-                return False
-            found[:] = ids
-            return all(len({coordinator_of(p.port, g) for p in launched}) == 1 for g in probe) and \
-                {coordinator_of(launched[0].port, g) for g in probe} == set(ids)
-
-        wait_for("the three instances did not form a cluster", formed, 60)
+        wait_for("the three instances did not form a cluster",
+                 lambda: cluster_formed([p.port for p in launched], found), 60)
         formed_after = time.monotonic() - started
         nodes = {n: name for n, name in zip(found, "abc")}
         procs.update(zip(found, launched))

@@ -36,7 +36,8 @@ from kio.schema.errors import ErrorCode
 from cohort.config import ConfigError, upstream_client_settings
 
 from cohort.protocol.codec import (MalformedRequest, MalformedResponse, UnsupportedApi, decode_request,
-                                   decode_response, encode_request, encode_response, peek_header)
+                                   decode_response, encode_request, encode_response, peek_header,
+                                   skip_request_header)
 from cohort.protocol.extensions import INSTALL_ASSIGNMENT_KEY, PREPARE_ASSIGNMENT_KEY
 from cohort.protocol.tagged import Truncated
 from cohort.protocol.versions import SUPPORTED
@@ -44,7 +45,8 @@ from cohort.protocol.entities import build, has_field, nested
 from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unprefixed
 from cohort.server.listeners import Listener
 from cohort.upstream.cluster import UpstreamCluster
-from cohort.upstream.forward import BrokerConnection, ConnectionRoutes, UpstreamGone, produce_acks
+from cohort.upstream.forward import (BrokerConnection, ConnectionRoutes, UpstreamGone, peer_frame, peer_node,
+                                     produce_acks, share_group_id)
 from cohort.upstream import identity
 from cohort.upstream.admin import GroupAdmin
 from cohort.upstream.membership import ClusterView, Instance, Membership, describe_error, membership_group, read_view
@@ -60,6 +62,7 @@ PRODUCE, FETCH, METADATA, FIND_COORDINATOR, LIST_GROUPS = 0, 1, 3, 10, 16
 SASL_HANDSHAKE, API_VERSIONS, TXN_OFFSET_COMMIT, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 17, 18, 28, 36, 60
 GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69, 76, 77, PREPARE_ASSIGNMENT_KEY, INSTALL_ASSIGNMENT_KEY})
 SHARE_APIS = frozenset({78, 79, 90, 91, 92})  # ShareFetch, ShareAcknowledge, share group offsets: cohort's share groups
+SHARE_DATA_APIS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge: sent to partition leaders, passed to the group's owner
 LOCAL_APIS = GROUP_APIS | SHARE_APIS | {SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE, TXN_OFFSET_COMMIT}
 VERSION_CAPS = {PRODUCE: 9, FETCH: 15}  # NodeEndpoints (KIP-951) above these
 GROUP_KEY = 0
@@ -341,9 +344,11 @@ class UpstreamProxy:
         """Read the upstream's metadata again now, not at the end of the period (a leader moved)."""
         self._wanted.set()
 
-    def node_of(self, ctx: "RequestContext") -> int | None:
-        """The upstream node a connection reached (through its cohort port); None: the coordinator port."""
-        return self.listener_nodes.get(ctx.listener.name)
+    def node_of(self, ctx: "RequestContext", client_id: str | None) -> int | None:
+        """The upstream node a request was sent to (through its cohort port; for a request another
+        instance passed on, the node its client addressed); None: a coordinator port."""
+        peer, node = peer_node(client_id)
+        return node if peer else self.listener_nodes.get(ctx.listener.name)
 
     async def _open_port(self, node_id: int) -> None:
         first = self.server.listeners[0]
@@ -389,6 +394,11 @@ class UpstreamProxy:
         if api_key in LOCAL_APIS:
             if api_key == API_VERSIONS:
                 return None
+            if api_key in SHARE_DATA_APIS:
+                owner = self._owner_elsewhere(frame, (share_group_id(frame),))
+                if owner is None:
+                    return None
+                return correlation_id, None, asyncio.ensure_future(self._to_peer(ctx, owner, peer_frame(frame, node)))
             if api_key == LIST_GROUPS and node is not None:  # groups are listed by the coordinator only
                 req = decode_request(frame, self.server.table)
                 return correlation_id, req.codec, build(req.codec.response_type, throttle_time=datetime.timedelta(0),
@@ -399,7 +409,11 @@ class UpstreamProxy:
             # Dynamic group configs are cohort's (the groups are); the rest is the upstream's.
             decoded = decode_request(frame, self.server.table)
             if decoded.body.resources and all(r.resource_type == GROUP_RESOURCE for r in decoded.body.resources):
-                return None
+                # A group's configs are kept with the group: passed to the instance serving it.
+                owner = self._owner_elsewhere(frame, tuple(r.resource_name for r in decoded.body.resources))
+                if owner is None:
+                    return None
+                return correlation_id, None, asyncio.ensure_future(self._to_peer(ctx, owner, peer_frame(frame, node)))
         if api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
             request = decode_request(frame, self.server.table)
             if api_key == FIND_COORDINATOR and getattr(request.body, "key_type", GROUP_KEY) == GROUP_KEY:
@@ -408,6 +422,42 @@ class UpstreamProxy:
             asyncio.ensure_future(self._forward(ctx, node, api_key, frame, None, expect_answer=False))
             return correlation_id, None, NO_RESPONSE
         return correlation_id, None, asyncio.ensure_future(self._forward(ctx, node, api_key, frame, request))
+
+    def _owner_elsewhere(self, frame: bytes, group_ids: tuple[str | None, ...]) -> Instance | None:
+        """The other instance a request about these groups goes to (a ShareFetch or
+        ShareAcknowledge, sent to a partition leader; group configs, sent to any broker): the
+        one owning their shards. None: answered here (this instance owns one of them, nobody
+        does right now, they have different owners, or another instance passed the request on:
+        it is never passed on twice)."""
+        groups = self.server.group_coordinator  # type: ignore[attr-defined]
+        if not groups.shared or self.membership is None or not group_ids or not all(group_ids):
+            return None
+        client_id, _ = skip_request_header(frame, flexible=False)
+        if peer_node(client_id)[0]:
+            return None
+        owners: dict[int, Instance] = {}
+        for group_id in group_ids:
+            shard = groups.partition_of(groups.runtime_for(group_id))
+            if shard in self.membership.owned:
+                return None
+            owner = self.membership.view.owner(shard)
+            if owner is None or owner.node_id == self.coordinator_id:
+                return None
+            owners[owner.node_id] = owner
+        return next(iter(owners.values())) if len(owners) == 1 else None
+
+    async def _to_peer(self, ctx: "RequestContext", owner: Instance, frame: bytes) -> Any:
+        """A share request passed on to the instance owning its group (see `cohort.upstream.forward`),
+        on a connection of this client connection's own: closing it releases what the client held there."""
+        routes = self._routes.get(id(ctx))
+        if routes is None:
+            routes = self._routes[id(ctx)] = ConnectionRoutes()
+        try:
+            answer = await routes.get(("peer", owner.node_id), (owner.host, owner.port)).request(frame)
+        except UpstreamGone as exc:
+            log.debug("passing a share request to instance %d: %s", owner.node_id, exc)
+            return CLOSE_WITHOUT_ANSWER
+        return Unprefixed(answer)
 
     async def _forward(self, ctx: "RequestContext", node: int | None, api_key: int, frame: bytes, request: Any,
                        expect_answer: bool = True) -> Any:

@@ -306,7 +306,8 @@ class SharePartitionManager(_OffsetsApis):
         # In front of an upstream: the state of a share group's share-partitions lives in the
         # shard of the group's own (`UpstreamShareState`), and moves with it.
         self.upstream: Any = None
-        self.node_of: Any = lambda ctx: None  # the broker node a connection reached (sessions are per node)
+        # the broker node a request was sent to (share sessions are per node): (ctx, client id) -> node
+        self.node_of: Any = lambda ctx, client_id: None
         for p, slog in enumerate(self.broker.share_state_logs):
             self.runtimes.append(self.state_runtime(f"{SHARE_STATE_TOPIC}-{p}", slog))
         self.loaded = False
@@ -667,7 +668,7 @@ class SharePartitionManager(_OffsetsApis):
                 if has_acks:
                     return top(E.invalid_request, "Acknowledgements cannot be sent with a share session epoch of 0.")
                 try:
-                    session, previous = self.sessions.open(group_id, member_id, ctx, named, self.node_of(ctx))
+                    session, previous = self.sessions.open(group_id, member_id, ctx, named, self.node_of(ctx, req.client_id))
                 except SessionError as exc:
                     await asyncio.sleep(max_wait)  # Kafka waits MaxWaitMs before saying so
                     raise exc
@@ -675,7 +676,7 @@ class SharePartitionManager(_OffsetsApis):
                     previous.connection = None  # replaced: its connection's close releases nothing (KAFKA-19950)
                 fresh = True
             else:
-                session = self.sessions.get(group_id, member_id, epoch, self.node_of(ctx))
+                session = self.sessions.get(group_id, member_id, epoch, self.node_of(ctx, req.client_id))
                 fresh = False
                 if epoch > 0:
                     for tp in named:
@@ -867,7 +868,7 @@ class SharePartitionManager(_OffsetsApis):
         if epoch == 0:
             return top(E.invalid_share_session_epoch, "A ShareAcknowledge cannot open a share session (epoch 0).")
         try:
-            session = self.sessions.get(group_id, member_id, epoch, self.node_of(ctx))
+            session = self.sessions.get(group_id, member_id, epoch, self.node_of(ctx, req.client_id))
         except SessionError as exc:
             return top(exc.code, exc.message)
         if epoch > 0:

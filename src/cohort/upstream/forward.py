@@ -118,14 +118,15 @@ def produce_acks(frame: bytes, version: int) -> int:
 
 
 class ConnectionRoutes:
-    """The upstream connections of one client connection, by upstream node id."""
+    """The upstream connections of one client connection, by upstream node id (and those to
+    other instances of the cohort cluster, by ("peer", their node id))."""
 
     __slots__ = ("connections",)
 
     def __init__(self) -> None:
-        self.connections: dict[int, BrokerConnection] = {}
+        self.connections: dict[object, BrokerConnection] = {}
 
-    def get(self, node_id: int, address: tuple[str, int]) -> BrokerConnection:
+    def get(self, node_id: object, address: tuple[str, int]) -> BrokerConnection:
         conn = self.connections.get(node_id)
         if conn is None or conn.closed or (conn.host, conn.port) != address:
             if conn is not None:
@@ -137,3 +138,42 @@ class ConnectionRoutes:
         for conn in self.connections.values():
             conn.close()
         self.connections.clear()
+
+
+# --- share requests between the instances of a cohort cluster --------------------------------
+#
+# A share consumer sends ShareFetch and ShareAcknowledge to the leader of each partition, which
+# clients reach through whichever instance advertises that upstream broker. The group's
+# share-partitions are served by the owner of the group's shard: an instance that is not the
+# owner passes the request on, to the owner's coordinator port, with the upstream node the client
+# addressed written into the request's client id. The owner keys its share sessions by that node
+# (a client keeps one session per broker) and never passes a request so marked on again.
+
+PEER_MARK = "cohort-peer;"
+
+
+def peer_frame(frame: bytes, node: int | None) -> bytes:
+    """``frame`` with its client id marked as passed on by a peer, for upstream node ``node``
+    (None: the client addressed a coordinator port)."""
+    client_id, _ = skip_request_header(frame, flexible=False)
+    (n,) = struct.unpack_from(">h", frame, 8)
+    marked = f"{PEER_MARK}{'' if node is None else node};{client_id or ''}".encode()
+    return frame[:8] + struct.pack(">h", len(marked)) + marked + frame[10 + max(n, 0):]
+
+
+def peer_node(client_id: str | None) -> tuple[bool, int | None]:
+    """(passed on by a peer, the upstream node the client addressed) from a request's client id."""
+    if not client_id or not client_id.startswith(PEER_MARK):
+        return False, None
+    node = client_id[len(PEER_MARK):].split(";", 1)[0]
+    return True, int(node) if node.lstrip("-").isdigit() else None
+
+
+def share_group_id(frame: bytes) -> str | None:
+    """The group id of a ShareFetch or ShareAcknowledge frame (its body's first field, a compact
+    string in every version), read without decoding the rest; None if it is not there."""
+    _, pos = skip_request_header(frame, flexible=True)
+    length, pos = read_uvarint(frame, pos)
+    if length == 0 or pos + length - 1 > len(frame):
+        return None
+    return frame[pos:pos + length - 1].decode("utf-8", "replace")
