@@ -154,3 +154,86 @@ def _altered(admin: AdminClient, res: ConfigResource) -> bool:
     except Exception as exc:  # noqa: BLE001 - the group's coordinator is still being found
         print("alter:", exc)
         return False
+
+
+def test_a_fenced_instances_share_state_writes_are_refused(tmp_path, upstream):
+    """Instance A serves a share group; instance B takes every shard over without A knowing (as
+    after A froze: `upstream.membership=false` makes each instance take every shard, fencing the
+    other). A consumer still connected to A accepts records: A's write of that state is refused by
+    the upstream and not confirmed, A stops serving the group, and through B those records come
+    again while those accepted before the take-over never do."""
+    name = f"fence{uuid.uuid4().hex[:6]}"
+    common = (f"upstream.bootstrap.servers={upstream.bootstrap}", f"upstream.groups.topic=__cohort_groups_{name}",
+              f"upstream.share.state.topic=__share_{name}", f"upstream.cluster.name={name}",
+              "upstream.membership=false", "upstream.metadata.refresh.ms=500")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = ServerProcess(tmp_path / "a" / "data", *common, log_path=str(tmp_path / "a" / "server.log")).start()
+    b = None
+    first = second = None
+    try:
+        topic, group = f"jobs-{uuid.uuid4().hex[:6]}", f"workers-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(20)
+        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        wait_for("the group config was not taken", lambda: _altered(admin, res), 30)
+        del admin
+        produced: list[bytes] = []
+        produce_jobs({"bootstrap.servers": a.bootstrap}, topic, 20, produced, threading.Event(), 20, 0)
+        first = ShareConsumer({"bootstrap.servers": a.bootstrap, "group.id": group,
+                               "share.acknowledgement.mode": "explicit", "log_level": 2})
+        first.subscribe([topic])
+        held = []
+        deadline = time.monotonic() + 30
+        while len(held) < 20:
+            assert time.monotonic() < deadline, f"{len(held)} of 20 records delivered through A"
+            held.extend(m for m in first.poll(0.2) or [] if m.error() is None)
+        for m in held[:10]:
+            first.acknowledge(m)
+        assert all(err is None for err in first.commit_sync(30).values())  # 10 accepted, confirmed
+
+        b = ServerProcess(tmp_path / "b" / "data", *common, log_path=str(tmp_path / "b" / "server.log")).start()
+        wait_for("B did not load the group's share state", lambda: _describe_error(b.port, group) == 0, 60)
+        for m in held[10:]:
+            first.acknowledge(m)
+        results = first.commit_sync(30)
+        assert results and all(err is not None for err in results.values()), results  # A's write refused
+        wait_for("A did not stop serving the group", lambda: _describe_error(a.port, group) == NOT_COORDINATOR, 30)
+
+        second = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group, "log_level": 2})
+        second.subscribe([topic])
+        again: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(again) < 10:
+            again.extend(m.value() for m in second.poll(0.2) or [] if m.error() is None)
+        end = time.monotonic() + 2
+        while time.monotonic() < end:  # and nothing more
+            again.extend(m.value() for m in second.poll(0.2) or [] if m.error() is None)
+        assert sorted(again) == sorted(m.value() for m in held[10:])
+    finally:
+        for c in (first, second):
+            if c is not None:
+                c.close()
+        for p in (a, b):
+            if p is not None:
+                p.stop()
+
+
+NOT_COORDINATOR = 16
+
+
+def _describe_error(port: int, group: str) -> int | None:
+    """DescribeShareGroupOffsets' error for the group on the instance on ``port`` (None: no answer)."""
+    from kio.index import load_request_schema
+
+    from cohort.protocol.entities import build, nested
+    from cohort_testing import WireClient
+
+    schema = load_request_schema(90, 1)
+    body = build(schema, groups=(build(nested(schema, "groups"), group_id=group, topics=None),))
+    try:
+        with WireClient(port, timeout=5) as w:
+            return int(w.request(90, 1, body).groups[0].error_code)
+    except OSError:
+        return None

@@ -23,6 +23,7 @@ def _stop_on_signals(prog: str, verbose: bool, out: str | None) -> dict:
     import os
     import signal
     import threading
+    import warnings
 
     caught: dict = {}
 
@@ -46,6 +47,11 @@ def _stop_on_signals(prog: str, verbose: bool, out: str | None) -> dict:
         timer.start()
         if not verbose:
             logging.disable(logging.CRITICAL)  # py4j logs the interrupted call's broken connection
+            # and the session's stop over that broken connection makes PySpark warn that the JVM
+            # "may be in a zombie state" (seen under load in tests/pipeline/test_cli.py); the
+            # children are ended either way (session.stop_children)
+            warnings.filterwarnings("ignore", message="Unable to cleanly shutdown Spark JVM process",
+                                    category=RuntimeWarning)
         raise KeyboardInterrupt
 
     default_unraisable = sys.unraisablehook

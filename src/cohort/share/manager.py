@@ -318,13 +318,13 @@ class SharePartitionManager(_OffsetsApis):
     def new_state_shard(self) -> share_state.ShareCoordinatorShard:
         return share_state.ShareCoordinatorShard()
 
-    def state_runtime(self, name: str, slog: Any) -> CoordinatorRuntime:
+    def state_runtime(self, name: str, slog: Any, on_lost: Any = lambda reason, fenced: None) -> CoordinatorRuntime:
         """The runtime of one share coordinator shard over its record log."""
         server = self.server
         return CoordinatorRuntime(
             name, self.new_state_shard(), slog, encode=share_state.encode, decode=share_state.decode,
             offload=lambda fn, *args: server.offload(fn, *args), order=server.group_coordinator.order,  # type: ignore[attr-defined]
-            loading_message=LOADING)
+            loading_message=LOADING, on_lost=on_lost)
 
     # --- views (metrics, dashboard) ------------------------------------------------------------
 

@@ -64,8 +64,11 @@ class UpstreamShareState:
         """(E.none, None) when the group's share-partitions are served here, else why not."""
         if not self.groups.serving(group_id):
             return self.groups.unserved(group_id)
-        if not self.runtimes or not self.runtimes[self.shard_of(group_id)].loaded:
-            return E.coordinator_load_in_progress, "the share-partitions' state is loading"
+        if not self.runtimes:
+            return E.coordinator_load_in_progress, NOT_READY
+        runtime = self.runtimes[self.shard_of(group_id)]
+        if not runtime.loaded:
+            return runtime.unserved  # NOT_COORDINATOR once another instance took it over
         return E.none, None
 
     # --- following the group shards --------------------------------------------------------------
@@ -82,8 +85,9 @@ class UpstreamShareState:
             task = self._loading[p] = asyncio.ensure_future(self._load(p))
         await asyncio.shield(task)
 
-    async def _load(self, p: int) -> None:
+    async def _load(self, p: int, delay: float = 0.0) -> None:
         runtime = self.runtimes[p]
+        await asyncio.sleep(delay)
         if runtime.lost:
             runtime.reset(self.manager.new_state_shard())
         while not self._closed and self.groups.runtimes[p].loaded:
@@ -111,6 +115,15 @@ class UpstreamShareState:
         await runtime.hand_over(self.manager.new_state_shard())
         runtime.owned = True  # served again as soon as its group shard is
 
+    def _lost(self, p: int, fenced: bool) -> None:
+        """Shard ``p``'s state log refused a write: what this instance holds of its groups is
+        dropped at once. Taken over by another instance (fenced), it loads again only once its
+        group shard is taken here again; lost to a failure of the upstream, it is loaded again
+        (fresh) once the upstream answers, while its group shard is still served here."""
+        self.manager.forget_groups(lambda group_id: self.shard_of(group_id) == p)
+        if not fenced and not self._closed:
+            self._loading[p] = asyncio.ensure_future(self._load(p, delay=RETRY_S))
+
     async def _ready(self) -> bool:
         """The state topic exists with one partition per group shard (created on first need)."""
         if self._topic_ready is None:
@@ -133,7 +146,8 @@ class UpstreamShareState:
                 return False
             self.runtimes = [self.manager.state_runtime(
                 f"{self.topic}-{k}", UpstreamRecordLog(self.topic, k, transactional_id(self.cluster, k, "share"),
-                                                       self.client, timeout_s=self.timeout_s))
+                                                       self.client, timeout_s=self.timeout_s),
+                on_lost=lambda reason, fenced, k=k: self._lost(k, fenced))
                 for k in range(shards)]
             return True
         return False
