@@ -30,10 +30,10 @@ def main() -> int:
     bootstrap, protocol = sys.argv[1], sys.argv[2]
     max_rate = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
     classic = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500} if protocol == "classic" else {}
+    debug = {"debug": os.environ["EOS_DEBUG"]} if os.environ.get("EOS_DEBUG") else {}  # e.g. EOS_DEBUG=eos,cgrp
     consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "group.protocol": protocol,
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                            "isolation.level": "read_committed", **classic})
-    debug = {"debug": os.environ["EOS_DEBUG"]} if os.environ.get("EOS_DEBUG") else {}  # e.g. EOS_DEBUG=eos,protocol
+                            "isolation.level": "read_committed", **classic, **debug})
     producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": TXN_ID,
                             "transaction.timeout.ms": 10_000, "linger.ms": 5, **debug})
     try:

@@ -318,7 +318,8 @@ class SharePartitionManager(_OffsetsApis):
     def new_state_shard(self) -> share_state.ShareCoordinatorShard:
         return share_state.ShareCoordinatorShard()
 
-    def state_runtime(self, name: str, slog: Any, on_lost: Any = lambda reason, fenced: None) -> CoordinatorRuntime:
+    def state_runtime(self, name: str, slog: Any,
+                      on_lost: Any = lambda reason, fenced: None) -> CoordinatorRuntime:
         """The runtime of one share coordinator shard over its record log."""
         server = self.server
         return CoordinatorRuntime(

@@ -92,13 +92,15 @@ class UpstreamShareRecords:
                     if code != E.offset_out_of_range:
                         self._stale()
                     return Read(code, b"", (), int(p.log_start_offset))
-                end = int(p.last_stable_offset) if read_committed and p.last_stable_offset >= 0 else int(p.high_watermark)
-                self._ends[(topic, partition, read_committed)] = end
-                if not read_committed:
-                    self._ends[(topic, partition, False)] = end
+                self._remember_end(topic, partition, read_committed, p)
                 aborted = tuple(p.aborted_transactions or ()) if read_committed else ()
                 return Read(E.none, bytes(p.records or b""), aborted, int(p.log_start_offset))
         return Read(E.none)  # the partition left out of the answer: nothing there now
+
+    def _remember_end(self, topic: str, partition: int, read_committed: bool, p: Any) -> None:
+        self._ends[(topic, partition, False)] = int(p.high_watermark)
+        if read_committed and p.last_stable_offset >= 0:
+            self._ends[(topic, partition, True)] = int(p.last_stable_offset)
 
     async def offset_for(self, topic: str, partition: int, timestamp: int) -> int:
         """ListOffsets: the earliest (-2), the latest (-1), or the first offset at or after a
@@ -137,26 +139,32 @@ class UpstreamShareRecords:
             await asyncio.sleep(max(timeout, 0))
             return
         wait_ms = int(timeout * 1000)
-        polls = [asyncio.ensure_future(self._poll(node, self._fetch(tps, 1, read_committed, wait_ms, 1)))
-                 for node, tps in by_leader.items()]
+        polls = [asyncio.ensure_future(self._poll(node, self._fetch(tps, 1, read_committed, wait_ms, 1),
+                                                  read_committed)) for node, tps in by_leader.items()]
         done, _ = await asyncio.wait(polls, timeout=timeout + 1, return_when=asyncio.FIRST_COMPLETED)
         # The rest run out on their own (their connections go back to the pool when answered).
         for fut in done:
             fut.exception()  # retrieved: a failed poll only ends the wait early
 
-    async def _poll(self, node: int, body: Any) -> None:
+    async def _poll(self, node: int, body: Any, read_committed: bool) -> None:
         conn = await self._poller(node)
         if conn is None:
             await asyncio.sleep(0.2)  # the broker cannot be reached now: a short pause, not a spin
             return
         self._busy.add(conn)
         try:
-            await conn.request(FETCH, FETCH_VERSION, body)
-        except _GONE:
+            answer = await conn.request(FETCH, FETCH_VERSION, body)
+        except Exception:  # noqa: BLE001 - a failed poll only ends a wait early (closed, or undecodable)
             await conn.close()
             return
         finally:
             self._busy.discard(conn)
+        # The ends it saw: the next wait starts there, so records that a share-partition cannot
+        # acquire yet (its in-flight limit, held by others) end one wait, not every one.
+        for t in answer.responses:
+            for p in t.partitions:
+                if not p.error_code:
+                    self._remember_end(t.topic, p.partition_index, read_committed, p)
         idle = self._pollers.setdefault(node, [])
         if len(idle) < IDLE_POLLERS and not self._closed:
             idle.append(conn)
