@@ -7,12 +7,11 @@ RUN_STAMP := $(VENV)/.run-stamp
 
 .PHONY: run test quick bench install clean e2e-tools
 
-# `make test` runs one test at a time (what CI runs, about 24 minutes on 2 cores).
-# `make test TEST_WORKERS=6` runs them side by side on six pytest-xdist workers (tests/conftest.py
-# hands modules out slowest first and lets at most three `heavy` end-to-end tests run at once):
-# 6.5-8.5 minutes, but under that load a kill-and-restart test can still miss its deadline now
-# and then (docs/benchmarks.md, issue 37).
-TEST_WORKERS ?= 0
+# `make test` (what CI runs) runs the tests side by side on six pytest-xdist workers: about 8
+# minutes on 2 cores (tests/conftest.py hands modules out slowest first and lets at most three
+# `heavy` end-to-end tests run at once; docs/benchmarks.md, issue 37). `make test TEST_WORKERS=0`
+# runs one test at a time (about 21 minutes).
+TEST_WORKERS ?= 6
 
 # `make test` installs everything (test tools, PySpark for the pipeline); `make run` only what the
 # broker needs, unless everything is there already.

@@ -8,7 +8,7 @@ task was destroyed while pending or failed with nobody to see it.
 A test that keeps something on purpose across tests does it in a fixture of that scope.
 
 Under pytest-xdist (`make test` runs six workers), each module is one unit of work, so its
-module-scoped servers start once, and the pipeline's modules that use the in-process Spark session
+module-scoped servers start once (a few modules of long independent tests: each test), and the pipeline's modules that use the in-process Spark session
 share one worker and that session. Units are handed out longest first (the directories below,
 slowest first), so that the slow end-to-end modules overlap with each other instead of trailing at
 the end of the run. Tests marked ``heavy`` (kill -9s, deadlines, several brokers and client
@@ -33,6 +33,10 @@ _ORDER = ("tests/pipeline/", "tests/test_packaging.py", "tests/e2e/", "tests/ups
           "tests/client/", "tests/server/", "tests/test_cli_assign.py")
 # Pipeline modules that run every job in a process of its own: units of their own, not the session's.
 _OWN_SPARK = ("tests/pipeline/test_cli.py",)
+# Modules of a few long tests without module-scoped fixtures: each test a unit of its own, so that
+# they run side by side rather than one after another on one worker (test_exactly_once's two
+# tests, about two minutes each under the suite's load, were the run's longest unit).
+_PER_TEST = ("tests/e2e/test_exactly_once.py", "tests/e2e/test_fuzz.py")
 HEAVY_SLOTS = int(os.environ.get("COHORT_HEAVY_SLOTS", "3"))
 
 
@@ -54,6 +58,8 @@ def pytest_xdist_make_scheduler(config, log):
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if module in _PER_TEST:
+                return nodeid
             return "spark" if module.startswith("tests/pipeline/") and module not in _OWN_SPARK else module
 
     # Units in collection order (slowest first, above), not xdist's default of most tests first,
