@@ -33,10 +33,11 @@ _ORDER = ("tests/pipeline/", "tests/test_packaging.py", "tests/e2e/", "tests/ups
           "tests/client/", "tests/server/", "tests/test_cli_assign.py")
 # Pipeline modules that run every job in a process of its own: units of their own, not the session's.
 _OWN_SPARK = ("tests/pipeline/test_cli.py",)
-# Modules of a few long tests without module-scoped fixtures: each test a unit of its own, so that
-# they run side by side rather than one after another on one worker (test_exactly_once's two
-# tests, about two minutes each under the suite's load, were the run's longest unit).
-_PER_TEST = ("tests/e2e/test_exactly_once.py", "tests/e2e/test_fuzz.py")
+# Modules of a few long tests that mostly wait, without module-scoped fixtures: each test a unit
+# of its own, so that they wait side by side rather than one after another on one worker
+# (test_exactly_once's two tests, about two minutes each under the suite's load, were the run's
+# longest unit). Not the fuzzer: its tests are CPU-bound, and side by side they slowed the rest.
+_PER_TEST = ("tests/e2e/test_exactly_once.py",)
 HEAVY_SLOTS = int(os.environ.get("COHORT_HEAVY_SLOTS", "3"))
 
 

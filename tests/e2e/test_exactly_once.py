@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 
 RECORDS, PARTITIONS = 100_000, 4
 RATE = 4_000  # records/s the job copies at most: 6 s between faults, longer than a restart and a sample
-STALL_S = 20
+STALL_S = 12  # no commit for this long: the job is stuck (it commits several times a second)
 FIRST_COMMIT_S = 45  # a fresh job joins, waits out the killed member's session and fences its transaction
 JOB = os.path.join(os.path.dirname(__file__), "eos_job.py")
 
@@ -54,11 +54,13 @@ class Job:
             self.starts, self.started_at = self.starts + 1, time.monotonic()
 
     def stalled(self, progressed: float) -> bool:
-        """No commit for STALL_S, or none within FIRST_COMMIT_S of this run's start: a job started
-        after a kill may need longer than one stall window before its first commit on a busy
-        machine, and killing it again then would never let it get there."""
+        """No commit for STALL_S once this run has committed; before its first commit, none within
+        FIRST_COMMIT_S of its start: a job started after a kill may need longer than one stall
+        window on a busy machine, and killing it again then would never let it get there."""
         now = time.monotonic()
-        return now - progressed > STALL_S and now - self.started_at > FIRST_COMMIT_S
+        if now - progressed <= STALL_S:
+            return False
+        return progressed > self.started_at or now - self.started_at > FIRST_COMMIT_S
 
     def note(self, what: str) -> None:
         self.log.write(f"{time.strftime('%H:%M:%S')} test: {what}\n".encode())
