@@ -9,6 +9,7 @@ for bad-input tests.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import os
 import signal
@@ -301,8 +302,6 @@ class ShareLedger:
     confirmed record is never delivered again."""
 
     def __init__(self) -> None:
-        import collections
-
         self.deliveries: list[tuple[bytes, int, float]] = []  # (value, delivery count, when)
         self.confirmed: dict[bytes, float] = {}  # value -> when its ACCEPT was confirmed
         self.refused: collections.Counter = collections.Counter()  # why ACCEPTs were not confirmed, by records

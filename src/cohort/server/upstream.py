@@ -36,8 +36,7 @@ from kio.schema.errors import ErrorCode
 from cohort.config import ConfigError, upstream_client_settings
 
 from cohort.protocol.codec import (MalformedRequest, MalformedResponse, UnsupportedApi, decode_request,
-                                   decode_response, encode_request, encode_response, peek_header,
-                                   skip_request_header)
+                                   decode_response, encode_request, encode_response, peek_header)
 from cohort.protocol.extensions import INSTALL_ASSIGNMENT_KEY, PREPARE_ASSIGNMENT_KEY
 from cohort.protocol.tagged import Truncated
 from cohort.protocol.versions import SUPPORTED
@@ -46,7 +45,7 @@ from cohort.server.api import CLOSE_WITHOUT_ANSWER, NO_RESPONSE, Encoded, Unpref
 from cohort.server.listeners import Listener
 from cohort.upstream.cluster import UpstreamCluster
 from cohort.upstream.forward import (BrokerConnection, ConnectionRoutes, UpstreamGone, peer_frame, peer_node,
-                                     produce_acks, share_group_id)
+                                     produce_acks, share_request_ids)
 from cohort.upstream import identity
 from cohort.upstream.admin import GroupAdmin
 from cohort.upstream.membership import ClusterView, Instance, Membership, describe_error, membership_group, read_view
@@ -395,10 +394,8 @@ class UpstreamProxy:
             if api_key == API_VERSIONS:
                 return None
             if api_key in SHARE_DATA_APIS:
-                owner = self._owner_elsewhere(frame, (share_group_id(frame),))
-                if owner is None:
-                    return None
-                return correlation_id, None, asyncio.ensure_future(self._to_peer(ctx, owner, peer_frame(frame, node)))
+                client_id, group_id = share_request_ids(frame)
+                return self._pass_on(ctx, frame, node, correlation_id, client_id, (group_id,))
             if api_key == LIST_GROUPS and node is not None:  # groups are listed by the coordinator only
                 req = decode_request(frame, self.server.table)
                 return correlation_id, req.codec, build(req.codec.response_type, throttle_time=datetime.timedelta(0),
@@ -410,10 +407,8 @@ class UpstreamProxy:
             decoded = decode_request(frame, self.server.table)
             if decoded.body.resources and all(r.resource_type == GROUP_RESOURCE for r in decoded.body.resources):
                 # A group's configs are kept with the group: passed to the instance serving it.
-                owner = self._owner_elsewhere(frame, tuple(r.resource_name for r in decoded.body.resources))
-                if owner is None:
-                    return None
-                return correlation_id, None, asyncio.ensure_future(self._to_peer(ctx, owner, peer_frame(frame, node)))
+                return self._pass_on(ctx, frame, node, correlation_id, decoded.client_id,
+                                     tuple(r.resource_name for r in decoded.body.resources))
         if api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
             request = decode_request(frame, self.server.table)
             if api_key == FIND_COORDINATOR and getattr(request.body, "key_type", GROUP_KEY) == GROUP_KEY:
@@ -423,7 +418,16 @@ class UpstreamProxy:
             return correlation_id, None, NO_RESPONSE
         return correlation_id, None, asyncio.ensure_future(self._forward(ctx, node, api_key, frame, request))
 
-    def _owner_elsewhere(self, frame: bytes, group_ids: tuple[str | None, ...]) -> Instance | None:
+    def _pass_on(self, ctx: "RequestContext", frame: bytes, node: int | None, correlation_id: int,
+                 client_id: str | None, group_ids: tuple[str | None, ...]) -> tuple | None:
+        """The queue item passing a request about these groups on to the instance serving them,
+        or None when it is answered here (`_owner_elsewhere`)."""
+        owner = self._owner_elsewhere(client_id, group_ids)
+        if owner is None:
+            return None
+        return correlation_id, None, asyncio.ensure_future(self._to_peer(ctx, owner, peer_frame(frame, node)))
+
+    def _owner_elsewhere(self, client_id: str | None, group_ids: tuple[str | None, ...]) -> Instance | None:
         """The other instance a request about these groups goes to (a ShareFetch or
         ShareAcknowledge, sent to a partition leader; group configs, sent to any broker): the
         one owning their shards. None: answered here (this instance owns one of them, nobody
@@ -432,7 +436,6 @@ class UpstreamProxy:
         groups = self.server.group_coordinator  # type: ignore[attr-defined]
         if not groups.shared or self.membership is None or not group_ids or not all(group_ids):
             return None
-        client_id, _ = skip_request_header(frame, flexible=False)
         if peer_node(client_id)[0]:
             return None
         owners: dict[int, Instance] = {}
@@ -446,14 +449,18 @@ class UpstreamProxy:
             owners[owner.node_id] = owner
         return next(iter(owners.values())) if len(owners) == 1 else None
 
-    async def _to_peer(self, ctx: "RequestContext", owner: Instance, frame: bytes) -> Any:
-        """A share request passed on to the instance owning its group (see `cohort.upstream.forward`),
-        on a connection of this client connection's own: closing it releases what the client held there."""
+    def _routes_of(self, ctx: "RequestContext") -> ConnectionRoutes:
+        """The client connection's own connections onward (to upstream brokers and to other instances)."""
         routes = self._routes.get(id(ctx))
         if routes is None:
             routes = self._routes[id(ctx)] = ConnectionRoutes()
+        return routes
+
+    async def _to_peer(self, ctx: "RequestContext", owner: Instance, frame: bytes) -> Any:
+        """A share request passed on to the instance owning its group (see `cohort.upstream.forward`),
+        on a connection of this client connection's own: closing it releases what the client held there."""
         try:
-            answer = await routes.get(("peer", owner.node_id), (owner.host, owner.port)).request(frame)
+            answer = await self._routes_of(ctx).get(("peer", owner.node_id), (owner.host, owner.port)).request(frame)
         except UpstreamGone as exc:
             log.debug("passing a share request to instance %d: %s", owner.node_id, exc)
             return CLOSE_WITHOUT_ANSWER
@@ -468,11 +475,8 @@ class UpstreamProxy:
         address = nodes.get(target)
         if address is None:
             return CLOSE_WITHOUT_ANSWER  # the broker left the upstream: the client asks Metadata again
-        routes = self._routes.get(id(ctx))
-        if routes is None:
-            routes = self._routes[id(ctx)] = ConnectionRoutes()
         try:
-            answer = await routes.get(target, address).request(frame, expect_answer)
+            answer = await self._routes_of(ctx).get(target, address).request(frame, expect_answer)
         except UpstreamGone as exc:
             log.debug("forwarding to node %d: %s", target, exc)
             return CLOSE_WITHOUT_ANSWER

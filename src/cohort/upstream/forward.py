@@ -169,11 +169,12 @@ def peer_node(client_id: str | None) -> tuple[bool, int | None]:
     return True, int(node) if node.lstrip("-").isdigit() else None
 
 
-def share_group_id(frame: bytes) -> str | None:
-    """The group id of a ShareFetch or ShareAcknowledge frame (its body's first field, a compact
-    string in every version), read without decoding the rest; None if it is not there."""
-    _, pos = skip_request_header(frame, flexible=True)
+def share_request_ids(frame: bytes) -> tuple[str | None, str | None]:
+    """(client id, group id) of a ShareFetch or ShareAcknowledge frame (the group id is its body's
+    first field, a compact string in every version), read without decoding the rest; the group
+    id is None if it is not there."""
+    client_id, pos = skip_request_header(frame, flexible=True)
     length, pos = read_uvarint(frame, pos)
     if length == 0 or pos + length - 1 > len(frame):
-        return None
-    return frame[pos:pos + length - 1].decode("utf-8", "replace")
+        return client_id, None
+    return client_id, frame[pos:pos + length - 1].decode("utf-8", "replace")

@@ -177,11 +177,8 @@ class UpstreamShareRecords:
             conn = idle.pop()
             if not conn.closed:
                 return conn
-        address = self.cluster.brokers.nodes.get(node)
-        if address is None:
-            return None
         try:
-            return await BrokerConnection.open(*address, self.client_id, node, CONNECT_TIMEOUT_S, self.security)
+            return await self._dial(node)
         except _GONE:
             return None
 
@@ -216,16 +213,23 @@ class UpstreamShareRecords:
         return await asyncio.shield(opening)
 
     async def _open(self, node: int) -> BrokerConnection | None:
-        address = self.cluster.brokers.nodes.get(node)
-        if address is None or self._closed:
+        if self._closed:
             return None
         try:
-            conn = await BrokerConnection.open(*address, self.client_id, node, CONNECT_TIMEOUT_S, self.security)
+            conn = await self._dial(node)
         except _GONE as exc:
             log.warning("share records: cannot reach upstream broker %d: %s", node, exc)
             return None
-        self._reads[node] = conn
+        if conn is not None:
+            self._reads[node] = conn
         return conn
+
+    async def _dial(self, node: int) -> BrokerConnection | None:
+        """A new connection to upstream broker ``node`` (None: the upstream does not list it now)."""
+        address = self.cluster.brokers.nodes.get(node)
+        if address is None:
+            return None
+        return await BrokerConnection.open(*address, self.client_id, node, CONNECT_TIMEOUT_S, self.security)
 
     def _fetch(self, tps: Iterable[tuple[str, int, int]], max_bytes: int, read_committed: bool, wait_ms: int,
                min_bytes: int) -> Any:
