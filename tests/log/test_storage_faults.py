@@ -94,3 +94,29 @@ def test_index_write_failure_does_not_fail_appends(tmp_path, disk, monkeypatch):
     reopened = PartitionLog(d, index_interval=1)
     assert [r[0] for r in read_records(reopened, 4)] == [4, 5]
     reopened.close()
+
+
+def test_closing_an_untouched_log_syncs_nothing_and_a_failed_sync_is_not_checkpointed(tmp_path, disk, monkeypatch):
+    d = str(tmp_path / "p")
+    synced = []
+    real_fsync = disk.fsync
+    monkeypatch.setattr(disk, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    log = PartitionLog(d)  # (its directory entries are synced when it is made)
+    synced.clear()
+    log.close()  # new and empty: nothing to sync, nothing to checkpoint
+    assert synced == [] and not os.path.exists(os.path.join(d, "recovery-point"))
+    log = PartitionLog(d)
+    append(log, [b"a", b"b"])
+    disk.fail_fsync = True
+    log.close()  # the sync fails: the recovery point must not claim the records are on disk
+    assert not os.path.exists(os.path.join(d, "recovery-point"))
+    disk.fail_fsync = False
+    log = PartitionLog(d)  # a tail past the recovery point counts as unsynced: this close syncs it
+    synced.clear()
+    log.close()
+    assert synced and open(os.path.join(d, "recovery-point")).read() == "2"
+    reopened = PartitionLog(d)
+    assert reopened.end_offset == 2
+    synced.clear()
+    reopened.close()
+    assert synced == []  # nothing changed since the checkpoint: no disk round trip

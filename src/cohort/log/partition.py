@@ -90,7 +90,7 @@ class PartitionLog:
         self.cleaned_upto = 0
         os.makedirs(directory, exist_ok=True)
         compaction.recover_swap(directory)
-        recovery_point = self._read_recovery_point()
+        recovery_point = self._recovery_point = self._read_recovery_point()
         names = os.listdir(directory)
         bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
         for name in names:  # an index whose segment was deleted just before a crash
@@ -119,6 +119,8 @@ class PartitionLog:
             fileio.fsync_dir(directory)  # a new log's directory entries must survive a power loss too
             fileio.fsync_dir(os.path.dirname(os.path.abspath(directory)))
         self._bases = [s.base_offset for s in self.segments]
+        # A recovery point at the very end was written after the tail's last fsync.
+        self.segments[-1].unsynced = self.segments[-1].unsynced and recovery_point != self.segments[-1].next_offset
         self._deleted_upto = min(self._read_checkpoint(LOG_START_FILE), self.end_offset)
         self.cleaned_upto = self.start_offset
         self.producers = ProducerState(directory)
@@ -395,6 +397,7 @@ class PartitionLog:
         Best effort: a stale checkpoint only makes the next recovery check more."""
         try:
             self._write_checkpoint(RECOVERY_POINT_FILE, offset)
+            self._recovery_point = offset
         except OSError as exc:
             _log.warning("%s: cannot write the recovery point (%s)", self.directory, exc)
 
@@ -473,12 +476,14 @@ class PartitionLog:
                 yield later, p, h
 
     def close(self) -> None:
-        """Close every segment and checkpoint the recovery point if the data is synced."""
+        """Close every segment and checkpoint the recovery point if the data is synced. A log
+        untouched since its last checkpoint (synced, recovery point at its end) writes nothing."""
         try:
-            self.segments[-1].flush()
-            self._write_recovery_point(self.end_offset)
-            if self.end_offset > self.start_offset:
-                self.producers.take_snapshot()
+            if self.segments[-1].unsynced or self._recovery_point != self.end_offset:
+                self.segments[-1].flush()
+                self._write_recovery_point(self.end_offset)
+                if self.end_offset > self.start_offset:
+                    self.producers.take_snapshot()
         except OSError as exc:
             _log.error("%s: fsync on close failed (%s); the next start re-checks the tail", self.directory, exc)
         for seg in self.segments:

@@ -59,6 +59,9 @@ class Segment:
                 raise
             os.close(fileio.IO.open(self.log_path, os.O_RDWR | os.O_CREAT))
             self.size = 0
+        # Bytes that may not be on disk yet. An existing file counts as unsynced (a crash may have
+        # left its tail in the page cache only); a new, empty one has nothing to sync.
+        self.unsynced = self.size > 0
         # No descriptor is held yet: the first read or write opens one (fileio.OpenFiles).
         self.next_offset = base_offset
         # Largest batch timestamp; None = not known yet (sealed segments compute it on demand).
@@ -300,6 +303,7 @@ class Segment:
         All or nothing: if the write fails or is short (a full disk), the file is cut back and
         nothing in memory changes, so no half batch becomes visible."""
         pos = self.size
+        self.unsynced = True
         try:
             written = fileio.IO.pwrite(self.fd, data, pos)
             if written != len(data):
@@ -330,7 +334,11 @@ class Segment:
         self._index_writer.add(len(self._idx_offsets) - 1, _ENTRY.pack(rel_offset, pos))
 
     def flush(self) -> None:
-        fileio.IO.fsync(self.fd)
+        """fsync the file, unless nothing was written since the last successful fsync (closing
+        thousands of idle partitions then costs no disk round trips)."""
+        if self.unsynced:
+            fileio.IO.fsync(self.fd)
+            self.unsynced = False
 
     def seal(self) -> None:
         """No more appends: sync the data, add the time index's last entry (the segment's
@@ -394,6 +402,7 @@ class Segment:
     def truncate(self, pos: int, next_offset: int) -> None:
         """Cut the segment at batch boundary ``pos`` (the batch for ``next_offset`` starts there)."""
         fileio.IO.ftruncate(self.fd, pos)
+        self.unsynced = True
         self.size = pos
         self.next_offset = next_offset
         keep = bisect.bisect_left(self._idx_positions, pos)
@@ -403,7 +412,7 @@ class Segment:
         self._index_writer.discard()  # the whole index is written again below
         self._close_index()
         self._rewrite_index()
-        fileio.IO.fsync(self.fd)  # memory already matches the file, even if this fails
+        self.flush()  # memory already matches the file, even if this fails
         self._rebuild_time_index()
 
     def remove(self) -> None:
