@@ -41,8 +41,14 @@ _PER_TEST = ("tests/e2e/test_exactly_once.py",)
 HEAVY_SLOTS = int(os.environ.get("COHORT_HEAVY_SLOTS", "3"))
 
 
-def _rank(nodeid: str) -> int:
-    return next((i for i, prefix in enumerate(_ORDER) if nodeid.startswith(prefix)), len(_ORDER))
+# In the Spark session's unit, the modules that take the `evaluation` fixture (a job of its own
+# process, started in the background when the fleet is written: tests/pipeline/conftest.py) last.
+_LAST_IN_UNIT = ("tests/pipeline/test_evaluate.py", "tests/pipeline/test_no_writes_outside_out.py")
+
+
+def _rank(nodeid: str) -> tuple[int, bool]:
+    rank = next((i for i, prefix in enumerate(_ORDER) if nodeid.startswith(prefix)), len(_ORDER))
+    return rank, nodeid.startswith(_LAST_IN_UNIT)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -71,14 +71,27 @@ class Fleet:
     seed: int
 
 
+# Started in the background as soon as the fleet is written (see `fleet`), taken by `evaluation`.
+_STARTED: dict = {}
+# Modules whose worker runs no test that needs `evaluation` (tests/conftest.py: units of their own).
+_NO_EVALUATION = ("tests/pipeline/test_cli.py",)
+
+
 @pytest.fixture(scope="session")
-def fleet(spark, tmp_path_factory) -> Fleet:
-    """A simulated fleet (240 groups x 3 samples, 20 partitions each) written in the sample layout."""
+def fleet(spark, tmp_path_factory, request) -> Fleet:
+    """A simulated fleet (240 groups x 3 samples, 20 partitions each) written in the sample layout.
+
+    The `evaluation` of it, a job of its own process and JVM, starts right away and runs while
+    the suite's other Spark tests do (the tests that take it run last, tests/conftest.py)."""
     from cohort.pipeline.fleet import FleetParams
     from cohort.pipeline.simulate import write_fleet
 
     made = Fleet(tmp_path_factory.mktemp("fleet"), groups=240, samples=3, seed=7)
     write_fleet(spark, made.dir, made.groups, FleetParams(samples=made.samples, seed=made.seed))
+    if not request.node.nodeid.startswith(_NO_EVALUATION):
+        run = _STARTED["evaluation"] = start_isolated(tmp_path_factory.mktemp("evaluation"), "evaluate",
+                                                      "--samples", str(made.dir))
+        request.addfinalizer(run.stop)
     return made
 
 
@@ -95,31 +108,60 @@ class Evaluation:
     new_in_tmp: set      # entries with JVM/Spark names that appeared in /tmp during the run
 
 
-def run_isolated(base: Path, *args: str) -> Evaluation:
+class IsolatedRun:
     """`cohort pipeline ARGS --out BASE/out` as a user runs it: its own process and JVM.
 
     The working directory, $TMPDIR and $HOME are fresh empty directories, so a test can check
     that nothing was written outside --out. The JVM ignores $TMPDIR, so /tmp is listed before
     and after; other processes share /tmp, so only names Spark and the JVM use count.
     """
-    work, tmpdir, home, out = (base / name for name in ("work", "tmpdir", "home", "out"))
-    for d in (work, tmpdir, home):
-        d.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmpdir), "HOME": str(home)}
-    for key in ("SPARK_LOCAL_DIRS", "MPLCONFIGDIR", "PYSPARK_GATEWAY_PORT", "HYPOTHESIS_STORAGE_DIRECTORY"):
-        env.pop(key, None)
-    before = set(os.listdir("/tmp"))
-    result = subprocess.run([sys.executable, "-m", "cohort.pipeline.cli", *args, "--out", str(out), "--master", "local[2]"],
-                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    new_in_tmp = {name for name in set(os.listdir("/tmp")) - before if JVM_NAMES.search(name)}
-    return Evaluation(out, result.stdout, work, tmpdir, home, new_in_tmp)
+
+    def __init__(self, base: Path, *args: str) -> None:
+        self.work, self.tmpdir, self.home, self.out = (base / name for name in ("work", "tmpdir", "home", "out"))
+        for d in (self.work, self.tmpdir, self.home):
+            d.mkdir()
+        env = {**os.environ, "TMPDIR": str(self.tmpdir), "HOME": str(self.home)}
+        for key in ("SPARK_LOCAL_DIRS", "MPLCONFIGDIR", "PYSPARK_GATEWAY_PORT", "HYPOTHESIS_STORAGE_DIRECTORY"):
+            env.pop(key, None)
+        self.before = set(os.listdir("/tmp"))
+        self.stdout_path, self.stderr_path = base / "stdout", base / "stderr"
+        with open(self.stdout_path, "wb") as stdout, open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "cohort.pipeline.cli", *args, "--out", str(self.out), "--master", "local[2]"],
+                cwd=self.work, env=env, stdout=stdout, stderr=stderr)
+
+    def result(self, timeout: float = 300) -> Evaluation:
+        """Wait for the job; it must succeed."""
+        try:
+            code = self.process.wait(timeout)
+        finally:
+            self.stop()
+        assert code == 0, self.stderr_path.read_text()
+        new_in_tmp = {name for name in set(os.listdir("/tmp")) - self.before if JVM_NAMES.search(name)}
+        return Evaluation(self.out, self.stdout_path.read_text(), self.work, self.tmpdir, self.home, new_in_tmp)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+def start_isolated(base: Path, *args: str) -> IsolatedRun:
+    return IsolatedRun(base, *args)
+
+
+def run_isolated(base: Path, *args: str) -> Evaluation:
+    """`IsolatedRun`, waited for."""
+    return IsolatedRun(base, *args).result()
 
 
 @pytest.fixture(scope="session")
 def evaluation(fleet, tmp_path_factory) -> Evaluation:
-    """`cohort pipeline evaluate` on the fleet, run as a user runs it (`run_isolated`)."""
-    return run_isolated(tmp_path_factory.mktemp("evaluation"), "evaluate", "--samples", str(fleet.dir))
+    """`cohort pipeline evaluate` on the fleet, run as a user runs it (`IsolatedRun`), started
+    when the fleet was written."""
+    run = _STARTED.pop("evaluation", None) or start_isolated(tmp_path_factory.mktemp("evaluation"), "evaluate",
+                                                             "--samples", str(fleet.dir))
+    return run.result()
 
 
 @pytest.fixture(scope="session")
