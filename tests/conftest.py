@@ -32,7 +32,7 @@ GRACE_S = 5.0  # librdkafka joins its threads asynchronously once a client is de
 _ORDER = ("tests/pipeline/", "tests/test_packaging.py", "tests/e2e/", "tests/upstream/", "tests/tooling/",
           "tests/client/", "tests/server/", "tests/test_cli_assign.py")
 # Pipeline modules that run every job in a process of its own: units of their own, not the session's.
-_OWN_SPARK = ("tests/pipeline/test_cli.py",)
+_OWN_SPARK = ("tests/pipeline/test_cli.py", "tests/pipeline/test_clusters.py")
 # Modules of a few long tests that mostly wait, without module-scoped fixtures: each test a unit
 # of its own, so that they wait side by side rather than one after another on one worker
 # (test_exactly_once's two tests, about two minutes each under the suite's load, were the run's

@@ -107,7 +107,11 @@ def load_group_samples(spark, samples: str, partitions, members, num_partitions:
 
 
 def _default_partitions(spark, *frames) -> int:
-    return max(2 * spark.sparkContext.defaultParallelism, sum(f.rdd.getNumPartitions() for f in frames))
+    from cohort.pipeline.session import default_parallelism, is_remote
+
+    if is_remote(spark):  # no RDDs through Spark Connect: the frames' files stand for their splits
+        return max(2 * default_parallelism(spark), sum(len(f.inputFiles()) for f in frames))
+    return max(2 * default_parallelism(spark), sum(f.rdd.getNumPartitions() for f in frames))
 
 
 def score(spark, rows, assignor_names, grouped: bool = False, num_partitions: int | None = None):
@@ -124,7 +128,9 @@ def score(spark, rows, assignor_names, grouped: bool = False, num_partitions: in
 def table_tasks(spark, samples: str, num_partitions: int | None = None):
     """The tasks that read the samples' group-sample table in the Python workers, or None when
     Spark must read it (not on the local filesystem, or not in the layout; see `sample_files`)."""
-    tasks = num_partitions or SPLITS_PER_CORE * spark.sparkContext.defaultParallelism
+    from cohort.pipeline.session import default_parallelism
+
+    tasks = num_partitions or SPLITS_PER_CORE * default_parallelism(spark)
     try:
         return sample_files.plan(f"{samples.rstrip('/')}/{group_samples.TABLE}", tasks)
     except sample_files.SampleFilesError as e:
@@ -132,12 +138,23 @@ def table_tasks(spark, samples: str, num_partitions: int | None = None):
 
 
 def task_frame(spark, tasks):
-    """A DataFrame of `table_tasks`' tasks: one row (the task, as JSON) per Spark partition, in order."""
+    """A DataFrame of `table_tasks`' tasks: one row (the task, as JSON) per Spark partition, in order.
+
+    A range of one number per split, each turned into its task inside the split: no RDD (Spark
+    Connect has none), and the tasks travel with the function."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    text = [(sample_files.to_json(task),) for task in tasks]
-    return spark.createDataFrame(spark.sparkContext.parallelize(text, len(text)),
-                                 StructType([StructField("task", StringType(), False)]))
+    text = [sample_files.to_json(task) for task in tasks]
+
+    def to_tasks(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            ids = batch.column(0).to_pylist()
+            yield pa.record_batch([pa.array([text[i] for i in ids], pa.string())], names=["task"])
+
+    return spark.range(0, len(text), 1, len(text)).mapInArrow(
+        to_tasks, StructType([StructField("task", StringType(), False)]))
 
 
 def score_tasks(spark, tasks, assignor_names):
@@ -160,7 +177,9 @@ def even_splits(spark):
     if conf.get(_MIN_SPLITS, None) is not None:
         yield
         return
-    conf.set(_MIN_SPLITS, str(SPLITS_PER_CORE * spark.sparkContext.defaultParallelism))
+    from cohort.pipeline.session import default_parallelism
+
+    conf.set(_MIN_SPLITS, str(SPLITS_PER_CORE * default_parallelism(spark)))
     try:
         yield
     finally:
@@ -250,6 +269,7 @@ def provenance(spark, samples: str, assignor_names, partitions) -> dict:
     import json
 
     from cohort import __version__
+    from cohort.pipeline.session import master_of
 
     facts = {"input": samples,
              "samples per group": f"{partitions.select('sample_seq').distinct().count():,}",
@@ -265,7 +285,7 @@ def provenance(spark, samples: str, assignor_names, partitions) -> dict:
     facts.update({
         "evaluated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "cohort": __version__,
-        "Spark": f"{spark.version} (master {spark.sparkContext.master})",
+        "Spark": f"{spark.version} (master {master_of(spark)})",
     })
     return facts
 
@@ -339,7 +359,7 @@ def run_args(args) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with spark_session(out, master=args.master, app_name="cohort-pipeline-evaluate",
+    with spark_session(out, master=args.master, remote=args.remote, app_name="cohort-pipeline-evaluate",
                        driver_memory=args.driver_memory, verbose=args.verbose,
                        progress="cohort pipeline evaluate") as spark:
         try:

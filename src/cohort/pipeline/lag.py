@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from cohort.broker import lag_snapshot
 from cohort.pipeline import burrow, codec, group_samples, layout, options, runner
+from cohort.pipeline.session import default_parallelism, is_remote
 
 STATUS_TABLE, GROUP_STATUS_TABLE, MEMBER_LAG_TABLE = "status", "group_status", "member_lag"
 STAGING, CHECKPOINTS = "_staging", "_checkpoints"
@@ -177,7 +178,7 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
 
         stage(layout.PARTITIONS_TABLE, partitions, ("group_id", "topic", "partition"))
         stage(layout.MEMBERS_TABLE, members, ("group_id", "member_id"))
-        grouped = group_samples.spark_frame(partitions, members, spark.sparkContext.defaultParallelism)
+        grouped = group_samples.spark_frame(partitions, members, default_parallelism(spark))
         stage(group_samples.TABLE, grouped, ("group_id",), codec.STORED_COMPRESSION)
         member_lag = (partitions.where(F.col("member_id").isNotNull())
                       .groupBy("sample_seq", "sample_time", "group_id", "member_id", "client_id", "client_host")
@@ -231,18 +232,25 @@ def process_sample(spark, batch, out: Path, snapshots: Path, window: int) -> dic
 
 
 def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float, once: bool,
-        window: int = 10, timeout: float = 15.0, on_sample=None):
-    """Run the stream until it stops (`once`) or is interrupted; returns the last sample's counts."""
+        window: int = 10, timeout: float = 15.0, on_sample=None, max_samples: int | None = None):
+    """Run the stream until it stops (`once`, or `max_samples` sweeps taken) or is interrupted;
+    returns the last sample's counts."""
     from cohort.pipeline.sources import register
 
     register(spark)
+    if is_remote(spark):
+        return _run_sweeps(spark, bootstrap, out, snapshots, interval_s=interval_s, once=once, window=window,
+                           timeout=timeout, on_sample=on_sample, max_samples=max_samples)
     last: dict = {}
+    taken = [0]  # sweeps written
 
     busy = threading.Event()  # a sample is being written
 
     compacted_before: list = [None]  # the date before which every day is compacted
 
     def each(batch, batch_id):
+        if max_samples is not None and taken[0] >= max_samples:
+            return  # a sweep the trigger started before the query was stopped: not written
         busy.set()
         try:
             facts = process_sample(spark, batch, out, snapshots, window)
@@ -250,6 +258,7 @@ def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float,
                 compact_closed_dates(spark, out, facts["date"])
                 compacted_before[0] = facts["date"]
         finally:
+            taken[0] += 1
             busy.clear()
         if facts:
             last.update(facts)
@@ -267,6 +276,9 @@ def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float,
     query = writer.start()
     try:
         while not query.awaitTermination(0.5):
+            if max_samples is not None and taken[0] >= max_samples and not busy.is_set():
+                query.stop()
+                break
             if stopping.is_set():  # Ctrl-C: let the running sample finish, then stop between samples
                 deadline = time.monotonic() + 120
                 while busy.is_set() and time.monotonic() < deadline:
@@ -274,11 +286,64 @@ def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float,
                 query.stop()
                 break
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-        staging = out / STAGING
-        if staging.is_dir() and not any(staging.iterdir()):
-            staging.rmdir()
+        _end_sampling(out, previous)
+    return last
+
+
+def _end_sampling(out: Path, previous_handler) -> None:
+    """Give SIGINT back its handler and remove `_staging` if nothing is left in it."""
+    if previous_handler is not None:
+        signal.signal(signal.SIGINT, previous_handler)
+    staging = out / STAGING
+    if staging.is_dir() and not any(staging.iterdir()):
+        staging.rmdir()
+
+
+def last_published_seq(out: Path) -> int:
+    """The newest sample in `out`'s partitions table (0 when none): its files carry their sample
+    in their names until a later day compacts them, and the newest one is never compacted."""
+    newest = 0
+    for f in (out / layout.PARTITIONS_TABLE).glob("*/*/part-s*-*.parquet"):
+        digits = f.name[len("part-s"):].split("-", 1)[0]
+        if digits.isdigit():
+            newest = max(newest, int(digits))
+    return newest
+
+
+def _run_sweeps(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float, once: bool,
+                window: int, timeout: float, on_sample=None, max_samples: int | None = None) -> dict:
+    """The sampling loop through Spark Connect: each sweep is a batch read of `cohort-lag` at the
+    next sample number, written by this process as a micro-batch would be.
+
+    Structured Streaming's foreachBatch runs its function inside a Spark Connect server, where this
+    job's report lines, stop handling and `--out` bookkeeping cannot follow; so the client drives
+    the sweeps. A restarted job continues after the newest published sample, as a checkpointed
+    query does, and Ctrl-C lets the running sweep finish."""
+    last: dict = {}
+    stopping = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    seq, compacted_before, taken = last_published_seq(out), None, 0
+    try:
+        while max_samples is None or taken < max_samples:
+            taken += 1
+            started = time.monotonic()
+            seq += 1
+            batch = (spark.read.format("cohort-lag").option("bootstrap", bootstrap).option("table", "all")
+                     .option("timeout", str(timeout)).option("sample_seq", str(seq)).load())
+            facts = process_sample(spark, batch, out, snapshots, window)
+            if facts and facts["date"] != compacted_before:
+                compact_closed_dates(spark, out, facts["date"])
+                compacted_before = facts["date"]
+            if facts:
+                last.update(facts)
+                if on_sample:
+                    on_sample(facts)
+            if once or taken == max_samples or stopping.wait(max(0.0, started + interval_s - time.monotonic())):
+                break
+    finally:
+        _end_sampling(out, previous)
     return last
 
 
@@ -303,12 +368,12 @@ def run_args(args, spark=None) -> int:
 
     def go(session):
         return run(session, args.bootstrap, out, snapshots, interval_s=args.interval, once=args.once,
-                   window=args.window, timeout=args.timeout, on_sample=report)
+                   max_samples=args.max_samples, window=args.window, timeout=args.timeout, on_sample=report)
 
     if spark is not None:
         last = go(spark)
     else:
-        with spark_session(out, master=args.master, app_name="cohort-pipeline-lag",
+        with spark_session(out, master=args.master, remote=args.remote, app_name="cohort-pipeline-lag",
                            driver_memory=args.driver_memory, verbose=args.verbose) as session:
             last = go(session)
     if not last:

@@ -68,6 +68,16 @@ def _duration(text: str) -> float:
     return value
 
 
+def _remote(text: str) -> str:
+    from cohort.pipeline.session import connect_address
+
+    try:
+        connect_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Make argparse report bad arguments as one line (no usage dump), exit 2."""
 
@@ -81,8 +91,12 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output directory; nothing is written outside it")
-    p.add_argument("--master", default=None, metavar="URL",
-                   help="Spark master (default local[*]; under spark-submit, spark-submit's choice)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--master", default=None, metavar="URL",
+                       help="Spark master (default local[*]; under spark-submit, spark-submit's choice)")
+    where.add_argument("--remote", default=None, type=_remote, metavar="sc://HOST:PORT",
+                       help="run through a Spark Connect server instead of a JVM of this process "
+                            "(--out and --samples must be paths the server sees too)")
     p.add_argument("--driver-memory", default="2g", metavar="SIZE", help="driver JVM heap for local runs (default 2g)")
     p.add_argument("--verbose", action="store_true", help="Spark's own log lines, and the full trace of a failure")
 
@@ -130,7 +144,10 @@ def configure(pipeline: argparse.ArgumentParser) -> None:
     lag.add_argument("--bootstrap", required=True, type=_bootstrap, metavar="HOST:PORT", help="any Kafka-compatible broker")
     lag.add_argument("--interval", type=_duration, default=10.0, metavar="DURATION",
                      help="time between samples: 10s (default), 500ms, 1m, or seconds")
-    lag.add_argument("--once", action="store_true", help="take one sample and stop (availableNow trigger)")
+    when = lag.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="take one sample and stop (availableNow trigger)")
+    when.add_argument("--max-samples", type=_positive_int, default=None, metavar="N",
+                      help="stop after N samples (default: sample until stopped)")
     lag.add_argument("--window", type=_positive_int, default=10, metavar="N",
                      help="samples per partition that Burrow's rules look at (default 10)")
     lag.add_argument("--snapshot-dir", default=None, metavar="DIR",

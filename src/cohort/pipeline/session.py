@@ -56,6 +56,68 @@ def local_cores(master: str) -> int:
     return cpus
 
 
+DEFAULT_CONNECT_PORT = 15002
+
+
+class SparkUnreachable(Exception):
+    """The Spark Connect server named by --remote does not answer: one line, exit 1."""
+
+
+def connect_address(remote: str) -> tuple[str, int]:
+    """Host and port of a Spark Connect URL (``sc://HOST[:PORT][/;key=value...]``); ValueError
+    when it is not one."""
+    if not remote.startswith("sc://"):
+        raise ValueError(f"expected sc://HOST:PORT, got {remote!r}")
+    authority = remote[len("sc://"):].split("/", 1)[0].split(";", 1)[0]
+    host, sep, port = authority.rpartition(":")
+    if not sep:
+        host, port = authority, str(DEFAULT_CONNECT_PORT)
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected sc://HOST:PORT, got {remote!r}")
+    return host, int(port)
+
+
+def check_remote(remote: str, timeout: float = 10.0) -> None:
+    """Fail in seconds, as one line, when nothing listens at the Spark Connect address (the
+    client itself would retry for minutes)."""
+    import socket
+
+    host, port = connect_address(remote)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise SparkUnreachable(f"no Spark Connect server answers at {remote} ({e.strerror or e})") from None
+
+
+def is_remote(spark) -> bool:
+    """A Spark Connect session: no JVM in this process, no SparkContext."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def default_parallelism(spark) -> int:
+    """The cluster's default parallelism (the cores of its executors). Spark Connect has no
+    SparkContext to ask, so one tiny job counts the splits of a range, which Spark cuts into
+    exactly that many; the answer is kept for the session."""
+    if not is_remote(spark):
+        return spark.sparkContext.defaultParallelism
+    known = getattr(spark, "_cohort_parallelism", None)
+    if known is None:
+        from pyspark.sql import functions as F
+
+        splits = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("split"))
+        known = splits.agg(F.max("split")).first()[0] + 1
+        spark._cohort_parallelism = known
+    return known
+
+
+def master_of(spark) -> str:
+    """Where the session runs: its master URL, or the Spark Connect address."""
+    if is_remote(spark):
+        return getattr(spark, "_cohort_remote", "Spark Connect")
+    return spark.sparkContext.master
+
+
 def _jvm_options(scratch: Path, verbose: bool) -> str:
     log4j = scratch / "log4j2.properties"
     # Quiet by default: a failed task logs its whole stack, which the job's one-line error replaces.
@@ -74,6 +136,7 @@ def spark_session(
     out: str | os.PathLike,
     *,
     master: str | None = "local[*]",
+    remote: str | None = None,
     app_name: str = "cohort-pipeline",
     driver_memory: str = "2g",
     shuffle_partitions: int | None = None,
@@ -82,7 +145,13 @@ def spark_session(
     progress: str | None = None,
 ) -> Iterator:
     """Start (or join, under spark-submit) a session for a job writing to `out`; stop it afterwards.
-    With `progress` (a label), a line on stderr every PROGRESS_EVERY_S tells what Spark is doing."""
+    With `remote` (sc://HOST:PORT), a Spark Connect session instead: the server runs the work, this
+    process only its Python client. With `progress` (a label), a line on stderr every
+    PROGRESS_EVERY_S tells what Spark is doing."""
+    if remote is not None:
+        with _connect_session(out, remote, shuffle_partitions, extra_conf, progress) as session:
+            yield session
+        return
     from pyspark.sql import SparkSession
 
     for name in _NOISY_LOGGERS:
@@ -155,13 +224,58 @@ def spark_session(
                 session.stop()
             except Exception:  # noqa: BLE001 - an interrupted job's py4j connection may be broken
                 _stop_jvm(session)
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        tempfile.tempdir = saved_tempdir
-        shutil.rmtree(scratch, ignore_errors=True)
+        _restore(saved_env, saved_tempdir, scratch)
+
+
+@contextlib.contextmanager
+def _connect_session(out, remote: str, shuffle_partitions: int | None, extra_conf: dict[str, str] | None,
+                     progress: str | None) -> Iterator:
+    """A Spark Connect session for a job writing to `out`. The JVM, its scratch space and its
+    Python workers are the server's; only this process's temp files and matplotlib's cache go
+    under OUT/_spark. Settings are SQL settings of the session (the server's own are its
+    administrator's)."""
+    check_remote(remote)
+    from pyspark.sql import SparkSession
+
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    scratch = Path(out) / SCRATCH
+    (scratch / "py-tmp").mkdir(parents=True, exist_ok=True)
+    saved_env = {k: os.environ.get(k) for k in ("MPLCONFIGDIR", "HYPOTHESIS_STORAGE_DIRECTORY")}
+    saved_tempdir = tempfile.tempdir
+    os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")
+    tempfile.tempdir = str(scratch / "py-tmp")
+    session = SparkSession.builder.remote(remote).create()  # a session of its own, not a shared one
+    session._cohort_remote = remote
+    reporter = None
+    try:
+        settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.pyspark.enabled": "true"}
+        if shuffle_partitions:
+            settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+        for key, value in {**settings, **(extra_conf or {})}.items():
+            session.conf.set(key, value)
+        reporter = Progress(session, progress) if progress else None
+        yield session
+    finally:
+        if reporter is not None:
+            reporter.stop()
+        try:
+            session.stop()  # ends this session on the server; the server itself stays up
+        except Exception:  # noqa: BLE001 - an interrupted job's channel may be broken
+            pass
+        _restore(saved_env, saved_tempdir, scratch)
+
+
+def _restore(saved_env: dict, saved_tempdir: str | None, scratch: Path) -> None:
+    """Put back the environment a session changed and remove its scratch space."""
+    for key, value in saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    tempfile.tempdir = saved_tempdir
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Exit|Interrupt)): (.+)$")
@@ -188,11 +302,18 @@ class Progress:
         import time
 
         global _current
-        self._tracker = session.sparkContext.statusTracker()
-        # Row counts are only in the JVM's status store (what the web UI reads); PySpark's status
-        # tracker has task counts alone. Without a JVM handle (Spark Connect) the lines count tasks.
-        jsc = getattr(session.sparkContext, "_jsc", None)
-        self._store = jsc.sc().statusStore() if jsc is not None else None
+        self._session, self._tracker, self._store = session, None, None
+        if is_remote(session):
+            # Spark Connect streams each running stage's tasks and input bytes with the results
+            # of a request; no row counts. The lines count tasks and bytes.
+            self._connect: list = []
+            session.registerProgressHandler(self._on_connect_progress)
+        else:
+            self._tracker = session.sparkContext.statusTracker()
+            # Row counts are only in the JVM's status store (what the web UI reads); PySpark's
+            # status tracker has task counts alone.
+            jsc = getattr(session.sparkContext, "_jsc", None)
+            self._store = jsc.sc().statusStore() if jsc is not None else None
         self._label = label
         self.step = "starting"
         _current = self
@@ -202,8 +323,17 @@ class Progress:
         self._thread = threading.Thread(target=self._run, name="cohort-pipeline-progress", daemon=True)
         self._thread.start()
 
-    def _stages(self) -> list[tuple[int, int, int, int, int, int]]:
-        """(stage id, tasks done, tasks, tasks running, rows read, rows written) per running stage."""
+    def _on_connect_progress(self, stages, inflight_tasks, operation_id, done) -> None:
+        """Spark Connect's progress handler: the running stages of the request in flight."""
+        self._connect = [] if done else [
+            (st.stage_id, st.num_completed_tasks, st.num_tasks, -1, -1, -1, st.num_bytes_read)
+            for st in stages or () if not st.done]
+
+    def _stages(self) -> list[tuple[int, ...]]:
+        """(stage id, tasks done, tasks, tasks running, rows read, rows written) per running stage;
+        through Spark Connect (stage id, tasks done, tasks, -1, -1, -1, bytes read)."""
+        if self._tracker is None:
+            return sorted(self._connect)
         if self._store is not None:
             out, it = [], self._store.activeStages().iterator()
             while it.hasNext():
@@ -224,9 +354,11 @@ class Progress:
         text = f"{self._label}: progress: {self.step}"
         if stages:
             parts = []
-            for sid, complete, total, running, rows_in, rows_out in stages:
+            for sid, complete, total, running, rows_in, rows_out, *bytes_in in stages:
                 counts = f", {rows_in:,} rows read, {rows_out:,} written" if rows_in >= 0 else ""
-                parts.append(f"stage {sid}: {complete}/{total} tasks done, {running} running{counts}")
+                counts += f", {bytes_in[0] / 1e6:,.1f} MB read" if bytes_in else ""
+                busy = f", {running} running" if running >= 0 else ""
+                parts.append(f"stage {sid}: {complete}/{total} tasks done{busy}{counts}")
             if stages[0][4] >= 0:  # a stage that ended since the previous line takes its rows along: rates >= 0
                 rate = (f"{max(read - before_read, 0) / seconds:,.0f} rows/s read, "
                         f"{max(written - before_written, 0) / seconds:,.0f} written")
@@ -252,6 +384,11 @@ class Progress:
         global _current
         self._stop.set()
         self._thread.join(2)
+        if self._tracker is None:
+            try:
+                self._session.removeProgressHandler(self._on_connect_progress)
+            except Exception:  # noqa: BLE001 - the session is gone
+                pass
         if _current is self:
             _current = None
 
@@ -329,6 +466,8 @@ def spark_error_line(error: BaseException) -> str | None:
         from pyspark.errors import PySparkException
     except ImportError:
         return None
+    if isinstance(error, SparkUnreachable):
+        return str(error)
     if not isinstance(error, (PySparkException, Py4JError)):
         return None
     text = str(error).strip() or type(error).__name__

@@ -37,7 +37,7 @@ def fleet_frames(spark, groups: int, params: FleetParams, tasks: int | None = No
     layout's partition columns."""
     if tasks is None:
         rows = groups * params.samples * max(params.partitions, 1)
-        tasks = max(spark.sparkContext.defaultParallelism, math.ceil(rows / ROWS_PER_TASK))
+        tasks = max(session.default_parallelism(spark), math.ceil(rows / ROWS_PER_TASK))
     tasks = max(1, min(tasks, groups))
     ids = spark.range(0, groups, 1, numPartitions=tasks)
     frames = []
@@ -89,7 +89,7 @@ def run_args(args) -> int:
                          skewed_fraction=args.skewed_fraction, churn=args.churn)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with spark_session(out, master=args.master, app_name="cohort-pipeline-simulate",
+    with spark_session(out, master=args.master, remote=args.remote, app_name="cohort-pipeline-simulate",
                        driver_memory=args.driver_memory, verbose=args.verbose,
                        progress="cohort pipeline simulate") as spark:
         write_fleet(spark, out, args.groups, params)
