@@ -3,7 +3,7 @@
 `SparkCluster(base).start()` starts a master and two workers (`bin/spark-class`, separate JVMs,
 free ports, their own work, log and scratch directories under `base`); `start_connect()` adds a
 Spark Connect server (`SparkConnectServer` through `bin/spark-submit`, as
-`sbin/start-connect-server.sh` does) whose executors run on the workers. `stop()` ends every
+`sbin/start-connect-server.sh` does), on the cluster or on a master of its own. `stop()` ends every
 process group it started, executors included. Used by tests/pipeline/test_clusters.py and
 bench/pipeline_clusters.py.
 """
@@ -134,11 +134,13 @@ class SparkCluster:
         except (OSError, ValueError):
             return 0
 
-    def start_connect(self, timeout: float = 120) -> str:
-        """A Spark Connect server whose executors run on the cluster; returns its sc:// address."""
+    def start_connect(self, master: str | None = None, timeout: float = 120) -> str:
+        """A Spark Connect server (its executors on the cluster, or `master`, such as local[2]);
+        returns its sc:// address."""
         port = free_port()
         proc = self._spawn("connect", str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER,
-                           "--name", "Spark Connect server", "--master", self.master_url, "--driver-memory", "1g",
+                           "--name", "Spark Connect server", "--master", master or self.master_url,
+                           "--driver-memory", "1g",
                            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                            "--conf", f"spark.connect.grpc.binding.port={port}", daemon=False)
         _wait_for_port(port, timeout, proc, self.base / "logs" / "connect.out")

@@ -53,11 +53,24 @@ def consume_all(bootstrap: str, group: str, protocol: str, members: int = 2, top
                 m = c.poll(0.05)
                 if m is not None and m.error() is None:
                     seen.add(m.value())
-                    c.commit(message=m, asynchronous=False)
+                    commit(c, m)
     finally:
         for c in consumers:
             c.close()
     return seen
+
+
+def commit(consumer, message, attempts: int = 60) -> None:
+    """A synchronous commit, retried as Kafka's own consumer retries it when a heartbeat bumped the
+    member epoch while the commit was in flight (STALE_MEMBER_EPOCH: the next try carries the new one)."""
+    for attempt in range(attempts):
+        try:
+            consumer.commit(message=message, asynchronous=False)
+            return
+        except ck.KafkaException as exc:
+            if exc.args[0].code() != ck.KafkaError.STALE_MEMBER_EPOCH or attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
 
 
 def committed(bootstrap: str, group: str, topic: str = TOPIC) -> dict[int, int]:

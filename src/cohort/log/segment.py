@@ -337,8 +337,14 @@ class Segment:
         """fsync the file, unless nothing was written since the last successful fsync (closing
         thousands of idle partitions then costs no disk round trips)."""
         if self.unsynced:
-            fileio.IO.fsync(self.fd)
+            # Cleared before the fsync: an append that lands while it runs (a coordinator log is
+            # synced by a worker thread) sets it again, so its bytes are synced by the next flush.
             self.unsynced = False
+            try:
+                fileio.IO.fsync(self.fd)
+            except BaseException:
+                self.unsynced = True
+                raise
 
     def seal(self) -> None:
         """No more appends: sync the data, add the time index's last entry (the segment's
