@@ -11,6 +11,7 @@ not move while the runs take their samples.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import threading
@@ -262,3 +263,42 @@ def test_bad_remote_options_are_one_line(tmp_path, args, message):
     assert result.returncode == 2
     assert result.stderr.strip() == f"cohort pipeline simulate: error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failure_on_the_connect_server_is_one_line_with_its_cause(cluster, tmp_path):
+    bad = tmp_path / "samples" / "partitions" / "date=2026-01-01" / "group_bucket=1"
+    bad.mkdir(parents=True)
+    (bad / "part-0.parquet").write_bytes(b"not parquet")
+    result = subprocess.run([sys.executable, "-m", "cohort.pipeline.cli", "evaluate", "--samples",
+                             str(tmp_path / "samples"), "--out", str(tmp_path / "out"), "--remote", cluster.remote],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("cohort pipeline evaluate: failed: ") and "FAILED_READ_FILE" in line, line
+    assert "part-0.parquet" in line
+    assert not (tmp_path / "out" / "_spark").exists()
+
+
+def test_progress_lines_through_connect_count_tasks(cluster, capsys, monkeypatch):
+    """The lines of a job through Spark Connect come from its progress reports: tasks per stage."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from cohort.pipeline import session
+
+    monkeypatch.setattr(session, "PROGRESS_EVERY_S", 0.1)
+    spark = SparkSession.builder.remote(cluster.remote).create()
+    try:
+        assert session.is_remote(spark) and session.default_parallelism(spark) == 2  # the server's local[2]
+        slow = F.udf(lambda x: __import__("time").sleep(0.01) or x, "long").asNondeterministic()
+        reporter = session.Progress(spark, "connect")
+        try:
+            session.step("filtering slowly")
+            assert spark.range(0, 400, 1, 2).repartition(8).where(slow("id") >= 0).count() == 400
+        finally:
+            reporter.stop()
+    finally:
+        spark.stop()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("connect: progress: filtering slowly (")]
+    assert any(re.search(r"stage \d+: \d+/8 tasks done", line) for line in lines), lines
+    assert all("tasks/s" in line and "rows read" not in line for line in lines), lines
