@@ -94,18 +94,43 @@ def groups(tmp_path_factory):
 
 def run_job(cluster: SparkCluster, way: str, job: str, out: Path, *args: str) -> str:
     """`job` run `way` (local, submit or connect) writing to `out`; returns its stdout."""
+    return run_jobs(cluster, [(way, job, out, args)])[0]
+
+
+def run_jobs(cluster: SparkCluster, jobs) -> list[str]:
+    """(way, job, out, args) run side by side (a spark-submit application takes the cluster's
+    cores, a Connect job the server's own); their stdouts, in order."""
+    started = [(way, job, subprocess.Popen(_command(cluster, way, job, out, *args), env=_env(cluster, way),
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                           start_new_session=True))
+               for way, job, out, args in jobs]
+    outputs = []
+    try:
+        for way, job, proc in started:
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, f"{way} {job}: {stderr[-3000:]}"
+            outputs.append(stdout)
+    finally:
+        for _, _, proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return outputs
+
+
+def _env(cluster: SparkCluster, way: str) -> dict:
     env = cluster.env()
+    if way == "local":  # the suite's own defaults for local jobs, not the cluster's
+        env["SPARK_CONF_DIR"] = str(Path(__file__).parent / "spark-conf")
+    return env
+
+
+def _command(cluster: SparkCluster, way: str, job: str, out: Path, *args: str) -> list[str]:
     if way == "submit":
-        cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
-               str(JOBS_DIR / f"{job}.py"), *args, "--out", str(out)]
-    else:
-        where = ["--master", "local[2]"] if way == "local" else ["--remote", cluster.remote]
-        cmd = [sys.executable, "-m", "cohort.pipeline.cli", job, *args, "--out", str(out), *where]
-        if way == "local":  # the suite's own defaults for local jobs, not the cluster's
-            env["SPARK_CONF_DIR"] = str(Path(__file__).parent / "spark-conf")
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
-    assert result.returncode == 0, f"{way} {job}: {result.stderr[-3000:]}"
-    return result.stdout
+        return [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
+                str(JOBS_DIR / f"{job}.py"), *args, "--out", str(out)]
+    where = ["--master", "local[2]"] if way == "local" else ["--remote", cluster.remote]
+    return [sys.executable, "-m", "cohort.pipeline.cli", job, *args, "--out", str(out), *where]
 
 
 ON_CLUSTERS = ("submit", "connect")
@@ -143,8 +168,7 @@ SIMULATE = ("--groups", "48", "--samples", "2", "--seed", "5")
 @pytest.fixture(scope="module")
 def fleets(cluster, tmp_path_factory):
     base = tmp_path_factory.mktemp("simulate")
-    for way in ON_CLUSTERS:
-        stdout = run_job(cluster, way, "simulate", base / way, *SIMULATE)
+    for stdout in run_jobs(cluster, [(way, "simulate", base / way, SIMULATE) for way in ON_CLUSTERS]):
         assert "wrote 48 groups x 2 samples x 20 partitions" in stdout
     return {way: base / way for way in ON_CLUSTERS}
 
@@ -169,11 +193,10 @@ def test_simulate_writes_the_fleet_of_its_generator_on_a_cluster_and_through_con
 
 
 def test_evaluate_scores_and_ranks_as_on_local_2(cluster, fleets, tmp_path):
-    outs = {}
-    for way in ("local", *ON_CLUSTERS):
-        stdout = run_job(cluster, way, "evaluate", tmp_path / way, "--samples", str(fleets["submit"]))
+    outs = {way: tmp_path / way for way in ("local", *ON_CLUSTERS)}
+    for stdout in run_jobs(cluster, [(way, "evaluate", out, ("--samples", str(fleets["submit"])))
+                                     for way, out in outs.items()]):
         assert "over 48 groups" in stdout, stdout
-        outs[way] = tmp_path / way
     for table, key in (("scores", ("group_id", "sample_seq", "assignor")),
                        ("group_summary", ("group_id", "assignor")),
                        ("group_winners", ("group_id",)), ("overall", ("assignor",))):
@@ -214,13 +237,15 @@ def test_lag_takes_three_sweeps_on_a_cluster_and_through_connect(cluster, groups
                       for (s, g), found in worst.items()]
     keys = {"partitions": ("sample_seq", "group_id", "topic", "partition"),
             "members": ("sample_seq", "group_id", "member_id")}
+    sweep_args = ("--bootstrap", groups.bootstrap, "--interval", "1s")
+    # side by side: three sweeps on the cluster; through Connect two, then a restarted job's third,
+    # which continues after the last published sample, as a checkpointed query does
+    on_cluster, first_two = run_jobs(cluster, [("submit", "lag", tmp_path / "submit", (*sweep_args, "--max-samples", "3")),
+                                               ("connect", "lag", tmp_path / "connect", (*sweep_args, "--max-samples", "2"))])
+    stdouts = {"submit": on_cluster, "connect": first_two + run_job(cluster, "connect", "lag", tmp_path / "connect",
+                                                                      *sweep_args, "--once")}
     for way in ON_CLUSTERS:
-        out = tmp_path / way
-        # through Connect, two sweeps, then a restarted job's third: it continues after the last
-        # published sample, as a checkpointed query does
-        runs = [("--max-samples", "3")] if way == "submit" else [("--max-samples", "2"), ("--once",)]
-        stdout = "".join(run_job(cluster, way, "lag", out, "--bootstrap", groups.bootstrap, "--interval", "1s", *args)
-                         for args in runs)
+        out, stdout = tmp_path / way, stdouts[way]
         samples = [line.split(" (")[0] for line in stdout.splitlines() if line.startswith("sample ")]
         assert samples == [f"sample {n}: 2 groups, 8 partitions" for n in (1, 2, 3)], stdout
         for table, key in keys.items():
