@@ -9,8 +9,9 @@ A test that keeps something on purpose across tests does it in a fixture of that
 
 Under pytest-xdist (`make test` runs six workers), each module is one unit of work, so its
 module-scoped servers start once (a few modules of long independent tests: each test), and the
-pipeline's modules that use the in-process Spark session share it in two units (those that sample
-a live broker, and the rest). Units are handed out longest first (the directories below,
+pipeline's modules that use the in-process Spark session share one worker and that session (a
+second session for the modules that sample a live broker cost more CPU than it saved: the run is
+bound by the machine's CPU, not by its longest unit). Units are handed out longest first (the directories below,
 slowest first), so that the slow end-to-end modules overlap with each other instead of trailing at
 the end of the run. Tests marked ``heavy`` (kill -9s, deadlines, several brokers and client
 processes at once) take one of HEAVY_SLOTS slots shared by all workers, so that no more than that
@@ -34,9 +35,6 @@ _ORDER = ("tests/pipeline/", "tests/test_packaging.py", "tests/e2e/", "tests/ups
           "tests/client/", "tests/server/", "tests/test_cli_assign.py")
 # Pipeline modules that run every job in a process of its own: units of their own, not the session's.
 _OWN_SPARK = ("tests/pipeline/test_cli.py", "tests/pipeline/test_clusters.py")
-# Pipeline modules that sample a live broker (the `live` fixture) with the in-process session: a
-# second session of their own, beside the first (each unit was on the run's critical path).
-_LIVE_SPARK = ("tests/pipeline/test_lag_job.py", "tests/pipeline/test_sources.py")
 # Modules of a few long tests that mostly wait, without module-scoped fixtures: each test a unit
 # of its own, so that they wait side by side rather than one after another on one worker
 # (test_exactly_once's two tests, about two minutes each under the suite's load, were the run's
@@ -61,8 +59,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under xdist, a module is one unit of work, and the pipeline's modules belong to two units
-    (a Spark session each). A scheduler rather than xdist_group marks: pytest 9.2 keeps node ids
+    """Under xdist, a module is one unit of work, and every pipeline module belongs to one unit
+    (one Spark session). A scheduler rather than xdist_group marks: pytest 9.2 keeps node ids
     where xdist 3.8's loadgroup can no longer add the group to them."""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -71,9 +69,7 @@ def pytest_xdist_make_scheduler(config, log):
             module = nodeid.split("::", 1)[0]
             if module in _PER_TEST:
                 return nodeid
-            if module.startswith("tests/pipeline/") and module not in _OWN_SPARK:
-                return "spark-live" if module in _LIVE_SPARK else "spark"
-            return module
+            return "spark" if module.startswith("tests/pipeline/") and module not in _OWN_SPARK else module
 
     # Units in collection order (slowest first, above), not xdist's default of most tests first,
     # which left the slow end-to-end modules, with few tests each, to the end of the run.

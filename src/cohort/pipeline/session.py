@@ -246,10 +246,10 @@ def _connect_session(out, remote: str, shuffle_partitions: int | None, extra_con
     os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")
     tempfile.tempdir = str(scratch / "py-tmp")
-    session = SparkSession.builder.remote(remote).create()  # a session of its own, not a shared one
-    session._cohort_remote = remote
-    reporter = None
+    session = reporter = None
     try:
+        session = SparkSession.builder.remote(remote).create()  # a session of its own, not a shared one
+        session._cohort_remote = remote
         settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.pyspark.enabled": "true"}
         if shuffle_partitions:
             settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
@@ -261,7 +261,8 @@ def _connect_session(out, remote: str, shuffle_partitions: int | None, extra_con
         if reporter is not None:
             reporter.stop()
         try:
-            session.stop()  # ends this session on the server; the server itself stays up
+            if session is not None:
+                session.stop()  # ends this session on the server; the server itself stays up
         except Exception:  # noqa: BLE001 - an interrupted job's channel may be broken
             pass
         _restore(saved_env, saved_tempdir, scratch)
