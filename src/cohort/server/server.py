@@ -19,7 +19,7 @@ import socket
 import struct
 import time
 import types
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -58,6 +58,9 @@ from cohort.server.listeners import Listener
 from cohort.server.responses import Responses
 from cohort.broker.waiters import AppendWaiters
 from cohort.stats import RequestStats
+
+if TYPE_CHECKING:
+    from cohort.server.http_listener import HttpListener
 
 log = logging.getLogger("cohort.server")
 
@@ -109,7 +112,7 @@ class Server:
         self.port: int = self.listeners[0].port
         self.ports: dict[str, int] = {}  # listener name -> port bound
         self.http_address = http.parse_address(config["http.listener"])
-        self.http: http.HttpListener | None = None  # started with the broker when http_address is set
+        self.http: HttpListener | None = None  # started with the broker when http_address is set
         self.credentials = CredentialStore(self.broker.data_dir)
         self.authorizer: Authorizer | None = (
             Authorizer(self.broker.data_dir, config["super.users"], config["allow.everyone.if.no.acl.found"])
@@ -200,7 +203,7 @@ class Server:
             await self.open_listener(listener)
         self.port = self.ports[self.listeners[0].name]
         if self.http_address is not None:
-            self.http = http.HttpListener(self)
+            self.http = http.listener(self)
             try:
                 await self.http.start(*self.http_address)
             except OSError as exc:
