@@ -21,8 +21,9 @@ import urllib.request
 from pathlib import Path
 
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
-# Every JVM of the cluster: the quick compiler only and one GC thread (short jobs on 2 cores).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
+# Every JVM of the cluster: the quick compiler only (with the code cache C2 would have: C1 alone
+# sizes it at 48 MB, too small for a long-lived Spark JVM) and one GC thread (2 cores).
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC -XX:-UsePerfData"
 
 
 def free_port() -> int:

@@ -40,6 +40,9 @@ def spark(tmp_path_factory):
         f"-Dlog4j2.configurationFile=file:{log4j}",
         f"-Djava.io.tmpdir={tmp / 'jvm-tmp'}",
         "-XX:TieredStopAtLevel=1",
+        # C1 alone sizes the code cache at 48 MB, which this session (the whole unit's Spark code)
+        # filled once in a CI run: "Out of space in CodeCache for adapters", and the JVM was gone
+        "-XX:ReservedCodeCacheSize=240m",
         "-XX:-UsePerfData",
     ])
     session = (
