@@ -76,7 +76,7 @@ def main(argv=None) -> int:
                     remote = cluster.remote or cluster.start_connect()
                     where, job_env = ["--remote", remote], env
                 elif way == "standalone":
-                    _stop_connect(cluster)
+                    cluster.stop_connect()
                     where, job_env = ["--master", cluster.master_url], env
                 else:
                     where, job_env = ["--master", "local[2]"], local_env
@@ -99,22 +99,6 @@ def main(argv=None) -> int:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-def _stop_connect(cluster: SparkCluster) -> None:
-    """Stop the Connect server (the newest process of the cluster) if one runs."""
-    if not cluster.remote:
-        return
-    import signal
-
-    proc = cluster.processes.pop()
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    cluster.remote = ""
 
 
 if __name__ == "__main__":

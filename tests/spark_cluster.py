@@ -144,9 +144,30 @@ class SparkCluster:
                            "--driver-memory", "1g",
                            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                            "--conf", f"spark.connect.grpc.binding.port={port}", daemon=False)
+        self._connect_index = len(self.processes) - 1
         _wait_for_port(port, timeout, proc, self.base / "logs" / "connect.out")
         self.remote = f"sc://127.0.0.1:{port}"
         return self.remote
+
+    def stop_connect(self) -> None:
+        """Stop the Spark Connect server, if one runs (the cluster stays)."""
+        if not self.remote:
+            return
+        self._end(self.processes.pop(self._connect_index))
+        self.remote = ""
+
+    def _end(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
     def stop(self) -> None:
         """End every process group started (a worker's executors are in its group), newest first."""

@@ -92,7 +92,7 @@ def fleet(spark, tmp_path_factory, request) -> Fleet:
     made = Fleet(tmp_path_factory.mktemp("fleet"), groups=240, samples=3, seed=7)
     write_fleet(spark, made.dir, made.groups, FleetParams(samples=made.samples, seed=made.seed))
     if not request.node.nodeid.startswith(_NO_EVALUATION):
-        run = _STARTED["evaluation"] = start_isolated(tmp_path_factory.mktemp("evaluation"), "evaluate",
+        run = _STARTED["evaluation"] = IsolatedRun(tmp_path_factory.mktemp("evaluation"), "evaluate",
                                                       "--samples", str(made.dir))
         request.addfinalizer(run.stop)
     return made
@@ -149,10 +149,6 @@ class IsolatedRun:
         self.process.wait()
 
 
-def start_isolated(base: Path, *args: str) -> IsolatedRun:
-    return IsolatedRun(base, *args)
-
-
 def run_isolated(base: Path, *args: str) -> Evaluation:
     """`IsolatedRun`, waited for."""
     return IsolatedRun(base, *args).result()
@@ -162,7 +158,7 @@ def run_isolated(base: Path, *args: str) -> Evaluation:
 def evaluation(fleet, tmp_path_factory) -> Evaluation:
     """`cohort pipeline evaluate` on the fleet, run as a user runs it (`IsolatedRun`), started
     when the fleet was written."""
-    run = _STARTED.pop("evaluation", None) or start_isolated(tmp_path_factory.mktemp("evaluation"), "evaluate",
+    run = _STARTED.pop("evaluation", None) or IsolatedRun(tmp_path_factory.mktemp("evaluation"), "evaluate",
                                                              "--samples", str(fleet.dir))
     return run.result()
 

@@ -241,38 +241,27 @@ def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float,
     if is_remote(spark):
         return _run_sweeps(spark, bootstrap, out, snapshots, interval_s=interval_s, once=once, window=window,
                            timeout=timeout, on_sample=on_sample, max_samples=max_samples)
-    last: dict = {}
+    samples = _Samples(spark, out, snapshots, window, on_sample)
     taken = [0]  # sweeps written
-
     busy = threading.Event()  # a sample is being written
-
-    compacted_before: list = [None]  # the date before which every day is compacted
 
     def each(batch, batch_id):
         if max_samples is not None and taken[0] >= max_samples:
             return  # a sweep the trigger started before the query was stopped: not written
         busy.set()
         try:
-            facts = process_sample(spark, batch, out, snapshots, window)
-            if facts and facts["date"] != compacted_before[0]:  # the job's first sample, or a new day
-                compact_closed_dates(spark, out, facts["date"])
-                compacted_before[0] = facts["date"]
+            facts = samples.write(batch)
         finally:
             taken[0] += 1
             busy.clear()
-        if facts:
-            last.update(facts)
-            if on_sample:
-                on_sample(facts)
+        samples.report(facts)
 
     stream = (spark.readStream.format("cohort-lag").option("bootstrap", bootstrap).option("table", "all")
               .option("timeout", str(timeout)).load())
     writer = stream.writeStream.foreachBatch(each).option("checkpointLocation", str(out / CHECKPOINTS / "lag"))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{interval_s} seconds")
     stopping = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    previous = _stop_on_sigint(stopping)
     query = writer.start()
     try:
         while not query.awaitTermination(0.5):
@@ -287,7 +276,37 @@ def run(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s: float,
                 break
     finally:
         _end_sampling(out, previous)
-    return last
+    return samples.last
+
+
+class _Samples:
+    """What both ways of sampling do with a sample's batch: write it, compact the closed days at
+    the job's first sample and at the first of each new day, then report it."""
+
+    def __init__(self, spark, out: Path, snapshots: Path, window: int, on_sample=None) -> None:
+        self.spark, self.out, self.snapshots, self.window, self.on_sample = spark, out, snapshots, window, on_sample
+        self.last: dict = {}  # the last written sample's counts
+        self._compacted_before = None  # the date before which every day is compacted
+
+    def write(self, batch) -> dict | None:
+        facts = process_sample(self.spark, batch, self.out, self.snapshots, self.window)
+        if facts and facts["date"] != self._compacted_before:
+            compact_closed_dates(self.spark, self.out, facts["date"])
+            self._compacted_before = facts["date"]
+        return facts
+
+    def report(self, facts: dict | None) -> None:
+        if facts:
+            self.last.update(facts)
+            if self.on_sample:
+                self.on_sample(facts)
+
+
+def _stop_on_sigint(stopping: threading.Event):
+    """Ctrl-C sets `stopping` (the running sample finishes); returns the handler it replaced."""
+    if threading.current_thread() is threading.main_thread():
+        return signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    return None
 
 
 def _end_sampling(out: Path, previous_handler) -> None:
@@ -319,12 +338,10 @@ def _run_sweeps(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s
     job's report lines, stop handling and `--out` bookkeeping cannot follow; so the client drives
     the sweeps. A restarted job continues after the newest published sample, as a checkpointed
     query does, and Ctrl-C lets the running sweep finish."""
-    last: dict = {}
+    samples = _Samples(spark, out, snapshots, window, on_sample)
     stopping = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    seq, compacted_before, taken = last_published_seq(out), None, 0
+    previous = _stop_on_sigint(stopping)
+    seq, taken = last_published_seq(out), 0
     try:
         while max_samples is None or taken < max_samples:
             taken += 1
@@ -332,19 +349,12 @@ def _run_sweeps(spark, bootstrap: str, out: Path, snapshots: Path, *, interval_s
             seq += 1
             batch = (spark.read.format("cohort-lag").option("bootstrap", bootstrap).option("table", "all")
                      .option("timeout", str(timeout)).option("sample_seq", str(seq)).load())
-            facts = process_sample(spark, batch, out, snapshots, window)
-            if facts and facts["date"] != compacted_before:
-                compact_closed_dates(spark, out, facts["date"])
-                compacted_before = facts["date"]
-            if facts:
-                last.update(facts)
-                if on_sample:
-                    on_sample(facts)
+            samples.report(samples.write(batch))
             if once or taken == max_samples or stopping.wait(max(0.0, started + interval_s - time.monotonic())):
                 break
     finally:
         _end_sampling(out, previous)
-    return last
+    return samples.last
 
 
 def run_args(args, spark=None) -> int:
