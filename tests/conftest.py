@@ -27,6 +27,9 @@ import os
 import threading
 import time
 
+# Before any cohort import: `cohort` loads kio with hypothesis hidden unless hypothesis is loaded
+# already, and the protocol tests need the strategies kio registers when it is.
+import hypothesis  # noqa: F401
 import pytest
 
 GRACE_S = 5.0  # librdkafka joins its threads asynchronously once a client is destroyed

@@ -25,9 +25,11 @@ def venv(tmp_path_factory):
                            capture_output=True, text=True, timeout=900)
     assert wheel.returncode == 0, wheel.stderr[-2000:]
     (built,) = (base / "dist").glob("cohort-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
-    pip = subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "--quiet", str(built)],
-                         capture_output=True, text=True, timeout=900)
+    # The test environment's pip installs into the new virtualenv (`--python`): seeding the
+    # virtualenv with a pip of its own cost 3.7 s of CPU, and that older pip 4 s more to install.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install", "--quiet",
+                          str(built)], capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-2000:]
     return path / "bin"
 

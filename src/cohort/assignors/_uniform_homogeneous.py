@@ -30,9 +30,6 @@ from collections.abc import Mapping
 from itertools import chain
 from operator import attrgetter, methodcaller
 
-import numpy as np
-import numpy.ma  # noqa: F401 - numpy 2.4 imports it lazily inside the first np.unique (6-9 ms, measured): not in a request
-
 from cohort.assignors._uniform_common import ints, known_topics, partition_tuple, reused, singles
 from cohort.assignors._uniform_small import SMALL_MEMBERS, SMALL_PARTITIONS, assign_homogeneous_small
 from cohort.assignors.api import GroupAssignment, GroupSpec, PartitionAssignorError, SubscribedTopicDescriber
@@ -41,6 +38,20 @@ try:  # built from _uniform_native.c at install time where a C compiler is avail
     from cohort.assignors import _uniform_native as native
 except ImportError:  # pragma: no cover - the pure-Python builders below do the same work
     native = None
+
+# numpy (0.18 s of CPU to import, numpy.ma with it) is bound by the first group that takes the
+# array path: the C builder and the plain one serve the coordinator's groups, and every `cohort
+# serve` process would pay for it. numpy 2.4 imports numpy.ma inside the first np.unique (6-9 ms):
+# it comes along here, so at most the first array-path call pays the import, once.
+np = None
+
+
+def _bind_numpy() -> None:
+    global np
+    import numpy
+    import numpy.ma  # noqa: F401
+
+    np = numpy
 
 
 def assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber,
@@ -66,6 +77,8 @@ def assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber,
     if vectorised is False or (vectorised is None and member_count <= SMALL_MEMBERS
                                and sum(counts) <= SMALL_PARTITIONS):
         return assign_homogeneous_small(member_ids, currents, topic_ids, counts)
+    if np is None:
+        _bind_numpy()
     offsets = np.zeros(len(topic_ids) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(counts, np.int64, len(counts)), out=offsets[1:])
     total = int(offsets[-1])

@@ -56,15 +56,17 @@ import math
 import numbers
 from fractions import Fraction
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from cohort.assignors._lag_fewest import fewest
-from cohort.assignors._lag_greedy import greedy
-from cohort.assignors._lag_many import fresh_owners
-from cohort.assignors._lag_model import Model, assigned_lag
-from cohort.assignors._lag_small import assign_small
-from cohort.assignors._lag_sticky import balance_counts, improve, moves
 from cohort.assignors.api import FreshGroups, GroupAssignment, GroupSpec, SubscribedTopicDescriber
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from cohort.assignors._lag_model import Model
+
+# The arrays (`_lag_*`, numpy: 0.18 s of CPU to import) load with the first assignment, not with
+# the broker: most brokers never run `lag`, and every `cohort serve` process would pay for them.
 
 MAX_STEPS = 512  # bound on improving moves/swaps per assignment (each costs O(members) at most)
 SEARCH_BUDGET = 3000  # moves the exact search may evaluate (10-20 us each): tens of ms at worst
@@ -89,16 +91,23 @@ class LagAssignor:
     def assign(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
         # Small groups that are fresh or need no move take a plain-Python path (numpy's per-call
         # overhead is most of the work there); it returns exactly what the arrays would, or None.
+        from cohort.assignors._lag_small import assign_small
+
         result = assign_small(spec, topics, self._factor)
         return self.assign_arrays(spec, topics) if result is None else result
 
     def fresh_owners(self, groups: FreshGroups) -> tuple[np.ndarray, np.ndarray]:
         """`assign`'s owners for many fresh groups at once (`_lag_many`): the greedy's rounds, run
         together; groups whose packed keys could overflow int64 are left to `assign`."""
+        from cohort.assignors._lag_many import fresh_owners
+
         return fresh_owners(groups.member_counts, groups.topic_group, groups.partition_counts, groups.lags)
 
     def assign_arrays(self, spec: GroupSpec, topics: SubscribedTopicDescriber) -> GroupAssignment:
         """The assignment computed on numpy arrays, for every group size and case."""
+        from cohort.assignors._lag_greedy import greedy
+        from cohort.assignors._lag_model import Model
+
         model = Model(spec, topics)
         if model.total and any(sub.assignment for sub in spec.members.values()):
             current, clean = model.current_owners(spec)
@@ -119,6 +128,11 @@ class LagAssignor:
         return load <= self._factor * bound
 
     def _sticky(self, model: Model, current: np.ndarray) -> np.ndarray:
+        from cohort.assignors._lag_fewest import fewest
+        from cohort.assignors._lag_greedy import greedy
+        from cohort.assignors._lag_model import assigned_lag
+        from cohort.assignors._lag_sticky import balance_counts, improve, moves
+
         m_count = len(model.member_ids)
         own = current.copy()
         load = assigned_lag(own, model.lag, m_count)
@@ -156,6 +170,8 @@ class LagAssignor:
 
 def _lower_bound(model: Model) -> int:
     """A load some member must carry in any assignment: a lower bound of the fresh assignment's peak."""
+    import numpy as np
+
     lag = model.lag
     bound = int(lag.max())
     totals = np.add.reduceat(lag, model.offsets[:-1])

@@ -4,7 +4,7 @@ The names below load on first use, so a module that needs only a light part of t
 (the lag snapshot format, say) does not pull in the wire codec with it.
 """
 
-import importlib
+from cohort.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "Broker": "cohort.broker.broker",
@@ -19,11 +19,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cohort.broker' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
