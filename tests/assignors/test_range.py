@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from cohort.assignors import _range_racks, registry
 from cohort.assignors import range as range_module
 from cohort.assignors._range_racks import needs_racks, rack_layout, rack_owners, rack_runs_small
-from cohort.assignors.api import GroupSpec, MemberSubscription, TopicDescriber, TopicMetadata
+from cohort.assignors.api import GroupSpec, MemberSubscription, SubscriptionType, TopicDescriber, TopicMetadata
 from cohort.assignors.range import RangeAssignor
 
 RANGE = RangeAssignor()
@@ -228,6 +228,17 @@ def test_plain_range_is_exactly_kafkas_formula(group):
             size = meta.num_partitions // len(subs) + (1 if i < meta.num_partitions % len(subs) else 0)
             assert result[m].get(t, ()) == tuple(range(start, start + size))
             start += size
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups())
+def test_the_homogeneous_shortcut_answers_as_the_general_path(group):
+    # A spec marked heterogeneous takes the general path whatever its members subscribe to.
+    members, topics = group
+    spec = GroupSpec.of(members)
+    general = RANGE.assign(GroupSpec(members, SubscriptionType.HETEROGENEOUS), TopicDescriber(topics))
+    assert RANGE.assign(spec, TopicDescriber(topics)) == general
+    assert list(general) == sorted(members)
 
 
 @settings(max_examples=150, deadline=None)
