@@ -1,7 +1,8 @@
 """Benchmark the built-in assignors on the shapes of Kafka's `ServerSideAssignorBenchmark` (JMH).
 
 A shape is members x partitions-per-member x topics: total partitions = members * ratio, split
-evenly over the topics (as in JMH). Member ids are random UUID strings and topic ids random
+evenly over the topics (as in JMH). Member ids are random, in the form Kafka's clients generate
+(22 characters of base64; `--member-ids uuid` for 36-character UUID strings), and topic ids random
 `uuid.UUID`s (seeded), as the coordinator passes them; every member gets its own subscription set.
 The spec lists members in member id order, as the coordinator hands them over (it keeps its view
 of a group in that order, joiners appended until they are a sixteenth of it); `--member-order
@@ -43,6 +44,7 @@ benchmark.
 from __future__ import annotations
 
 import argparse
+import base64
 import gc
 import os
 import random
@@ -138,12 +140,22 @@ def subscriptions(case: Case, topic_ids: list, member_count: int) -> list[list]:
 
 
 MEMBER_ORDER = "coordinator"  # --member-order
+MEMBER_IDS = "kafka"  # --member-ids
+
+
+def member_id(rng: random.Random) -> str:
+    """A random member id: Kafka's own form by default (`Uuid.randomUuid().toString()`, 22
+    characters of URL-safe base64, as Kafka's clients generate them), or a 36-character UUID."""
+    value = uuid.UUID(int=rng.getrandbits(128), version=4)
+    if MEMBER_IDS == "uuid":
+        return str(value)
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
 def build_spec(case: Case, assignor) -> tuple[GroupSpec, TopicDescriber]:
     rng = random.Random(848)
     topic_ids, describer = build_topics(case, rng)
-    member_ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(case.members)]
+    member_ids = [member_id(rng) for _ in range(case.members)]
     topic_lists = subscriptions(case, topic_ids, case.members)
     order = sorted(range(case.members), key=member_ids.__getitem__) if MEMBER_ORDER == "coordinator" else None
     members = {member_ids[i]: MemberSubscription(frozenset(topic_lists[i])) for i in order or range(case.members)}
@@ -191,13 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per case (default 7)")
     parser.add_argument("--member-order", choices=["coordinator", "random"], default="coordinator",
                         help="members in member id order as the coordinator passes them (default), or as drawn")
+    parser.add_argument("--member-ids", choices=["kafka", "uuid"], default="kafka",
+                        help="Kafka's 22-character base64 member ids (default), or 36-character UUID strings")
     parser.add_argument("--calls", type=int, help="back-to-back calls per timed run, as in a JMH iteration "
                         "(default: 1 after a full garbage collection; 200 for small groups)")
     parser.add_argument("--case", action="append", metavar="TEXT",
                         help="only the rows whose label contains TEXT (repeatable)")
     args = parser.parse_args(argv)
-    global MEMBER_ORDER, CALLS
+    global MEMBER_ORDER, MEMBER_IDS, CALLS
     MEMBER_ORDER = args.member_order
+    MEMBER_IDS = args.member_ids
     CALLS = args.calls
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
