@@ -78,11 +78,16 @@ class Members:
             for c in self.consumers.values():
                 c.poll(0.02)
 
-    def owners(self) -> dict[int, str]:
+    def owners(self) -> dict[int, str] | None:
+        """Each partition's owner as the consumers report it, or None while two report the same
+        one: librdkafka applies a KIP-848 assignment on its own thread, so between the reads of one
+        sweep a consumer may revoke a partition and another receive it (seen under CI load). A
+        settled group never shows one, so a partition held twice for good never settles."""
         out = {}
         for name, c in self.consumers.items():
             for tp in c.assignment():
-                assert tp.partition not in out, f"partition {tp.partition} owned twice"
+                if tp.partition in out:
+                    return None
                 out[tp.partition] = name
         return out
 
@@ -93,7 +98,7 @@ class Members:
         while time.monotonic() < deadline:
             self.poll(0.1)
             owners = self.owners()
-            if owners != last:
+            if owners is None or owners != last:
                 last, since = owners, time.monotonic()
             elif len(owners) == PARTITIONS and time.monotonic() - since >= 1.0:
                 return owners
@@ -177,7 +182,7 @@ def test_lag_drift_rebalances_by_itself_then_stays_put(server):
         while time.monotonic() - started < 8:  # 16 evaluation intervals (about 2 + reconciliation locally)
             members.poll(0.1)
             owners = members.owners()
-            if len(owners) == PARTITIONS and owners != before:
+            if owners is not None and len(owners) == PARTITIONS and owners != before:
                 changed_at = time.monotonic() - started
                 break
         assert changed_at is not None, "the coordinator did not rebalance the drifted group within 16 intervals"
@@ -192,7 +197,9 @@ def test_lag_drift_rebalances_by_itself_then_stays_put(server):
         while time.monotonic() < quiet_until:
             members.poll(0.1)
             owners = members.owners()
-            if len(owners) == PARTITIONS and owners != last:
+            if owners is None:  # a partition changing hands
+                changes += 1
+            elif len(owners) == PARTITIONS and owners != last:
                 changes += 1
                 last = owners
         assert changes == 0 and last == after
