@@ -55,7 +55,6 @@ from __future__ import annotations
 import math
 import numbers
 from fractions import Fraction
-
 from typing import TYPE_CHECKING
 
 from cohort.assignors.api import FreshGroups, GroupAssignment, GroupSpec, SubscribedTopicDescriber
