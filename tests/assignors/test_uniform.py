@@ -795,6 +795,43 @@ def test_the_c_builder_matches_the_python_builders_or_declines(group, with_hashe
     assert all(again[m] is result[m] for m in ids)
 
 
+@PROPERTY_SETTINGS
+@given(small_groups(), st.integers(0, 9), st.randoms(use_true_random=False))
+def test_the_c_builder_reads_a_member_dict_in_order_or_with_joiners_appended(group, tail, rnd):
+    # The coordinator's view: members in member id order, the last `tail` of them appended out
+    # of order (joiners); a fully shuffled dict may be declined (NotImplemented), nothing else.
+    members, topics = group
+    ids, currents, topic_ids, counts = small_args(members, topics)
+    ints = tuple(range(max(counts, default=0)))
+    expected = native.assign_homogeneous(ids, currents, topic_ids, counts, None, ints)
+    joiners = ids[len(ids) - min(tail, len(ids)):]
+    rnd.shuffle(joiners)
+    order = [m for m in ids if m not in joiners] + joiners
+    view = {m: members[m] for m in order}
+    got = native.assign_homogeneous_members(view, topic_ids, counts, None, ints)
+    assert got is not NotImplemented
+    assert got == expected and (got is None or list(got) == ids)
+    if got is not None:
+        assert all(got[m] is members[m].assignment for m in ids if expected[m] is currents[ids.index(m)])
+    shuffled = list(ids)
+    rnd.shuffle(shuffled)
+    declined = native.assign_homogeneous_members({m: members[m] for m in shuffled}, topic_ids, counts, None, ints)
+    assert declined is NotImplemented or declined == expected
+    assert assign_homogeneous(GroupSpec(view, SubscriptionType.HOMOGENEOUS), topics) == assign_by_partition(
+        ids, currents, topic_ids, counts)
+
+
+def test_the_c_builder_declines_a_member_dict_it_cannot_read_in_order():
+    member = MemberSubscription(frozenset({"t"}))
+    many = {f"m{i:03d}": member for i in range(100, 0, -1)}  # 99 keys out of order: more than a tail
+    assert native.assign_homogeneous_members(many, ["t"], [10], None, tuple(range(10))) is NotImplemented
+    assert native.assign_homogeneous_members({1: member}, ["t"], [10], None, tuple(range(10))) is NotImplemented
+    with pytest.raises(AttributeError):
+        native.assign_homogeneous_members({"a": object()}, ["t"], [10], None, tuple(range(10)))
+    spec = GroupSpec.of(many)  # the Python side sorts them and takes the list entry point
+    assert list(assign_homogeneous(spec, TopicDescriber({"t": TopicMetadata(10)}))) == sorted(many)
+
+
 @pytest.mark.parametrize("member_count,partitions", [(1, 0), (3, 1), (10, 4000), (64, 1000), (1000, 999), (3000, 20000)])
 def test_the_c_builder_matches_the_reference_as_members_leave_and_join(member_count, partitions):
     rng = random.Random(member_count)

@@ -59,18 +59,30 @@ def assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber,
     """Assign; `vectorised` forces the numpy or the plain path (default: the C builder when it is
     built and the input is canonical, otherwise by group size)."""
     members = spec.members
+    if not members:
+        return {}
+    first = next(iter(members))
+    topic_ids, counts, hashes = known_topics(members[first].subscribed_topic_ids, topics)
+    tried = False
+    if vectorised is None and native is not None and type(members) is dict:
+        # The coordinator keeps a group's view in member id order: the C builder reads the ids and
+        # current assignments straight from it, unless they are not in order (NotImplemented).
+        result = native.assign_homogeneous_members(members, topic_ids, counts, hashes, ints(max(counts, default=0)))
+        if result is not NotImplemented:
+            if result is not None:
+                return result
+            tried = True  # not canonical: the Python builders below
     member_ids = sorted(members)
     member_count = len(member_ids)
-    if not member_count:
-        return {}
-    topic_ids, counts, hashes = known_topics(members[member_ids[0]].subscribed_topic_ids, topics)
-    # The coordinator passes members in member id order already: then `sorted` returned the same
-    # objects in the same order, the comparison is by identity, and no member is looked up.
+    if member_ids[0] is not first:  # the spec's first member by id names the subscription
+        topic_ids, counts, hashes = known_topics(members[member_ids[0]].subscribed_topic_ids, topics)
+    # Members in member id order already: `sorted` returned the same objects in the same order,
+    # the comparison is by identity, and no member is looked up.
     if member_ids == list(members):
         currents = list(map(_assignment, members.values()))
     else:
         currents = list(map(_assignment, map(members.__getitem__, member_ids)))
-    if vectorised is None and native is not None:
+    if vectorised is None and native is not None and not tried:
         result = native.assign_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints(max(counts, default=0)))
         if result is not None:
             return result

@@ -396,13 +396,9 @@ PyDoc_STRVAR(assign_homogeneous_doc,
 "not in canonical form (the Python builders handle those).");
 
 static PyObject *
-assign_homogeneous(PyObject *module, PyObject *args)
+run_homogeneous(PyObject *member_ids, PyObject *currents, PyObject *topic_ids, PyObject *counts, PyObject *hashes,
+                PyObject *ints)
 {
-    PyObject *member_ids, *currents, *topic_ids, *counts, *hashes, *ints;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!:assign_homogeneous", &PyList_Type, &member_ids, &PyList_Type,
-                          &currents, &PyList_Type, &topic_ids, &PyList_Type, &counts, &hashes, &PyTuple_Type,
-                          &ints))
-        return NULL;
     Work w;
     memset(&w, 0, sizeof(w));
     w.members = PyList_GET_SIZE(currents);
@@ -483,8 +479,118 @@ done:
     return result;
 }
 
+static PyObject *
+assign_homogeneous(PyObject *module, PyObject *args)
+{
+    PyObject *member_ids, *currents, *topic_ids, *counts, *hashes, *ints;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!:assign_homogeneous", &PyList_Type, &member_ids, &PyList_Type,
+                          &currents, &PyList_Type, &topic_ids, &PyList_Type, &counts, &hashes, &PyTuple_Type,
+                          &ints))
+        return NULL;
+    return run_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints);
+}
+
+PyDoc_STRVAR(assign_homogeneous_members_doc,
+"assign_homogeneous_members(members, topic_ids, counts, hashes, ints) -> dict | None | NotImplemented\n\n"
+"`assign_homogeneous` for a dict of member id (str) -> member (with an `assignment` attribute),\n"
+"as the coordinator keeps a group's view: in member id order, with up to TAIL_MAX joiners\n"
+"appended. The ids are put in order and the current assignments read here, in one pass, instead\n"
+"of sorting and mapping them in Python. NotImplemented when a key is not a str or more than\n"
+"TAIL_MAX keys are out of order (the caller sorts them and calls `assign_homogeneous`).");
+
+#define TAIL_MAX 64
+
+static PyObject *
+assign_homogeneous_members(PyObject *module, PyObject *args)
+{
+    PyObject *members, *topic_ids, *counts, *hashes, *ints;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!:assign_homogeneous_members", &PyDict_Type, &members, &PyList_Type,
+                          &topic_ids, &PyList_Type, &counts, &hashes, &PyTuple_Type, &ints))
+        return NULL;
+    static PyObject *assignment_name = NULL;
+    if (assignment_name == NULL && (assignment_name = PyUnicode_InternFromString("assignment")) == NULL)
+        return NULL;
+    Py_ssize_t n = PyDict_GET_SIZE(members);
+    PyObject *result = NULL, *member_ids = NULL, *currents = NULL;
+    /* borrowed: keys and values in dict order, then in key order */
+    PyObject **keys = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n + 1) * 2);
+    if (keys == NULL)
+        return PyErr_NoMemory();
+    PyObject **values = keys + n + 1;
+    Py_ssize_t pos = 0, i = 0, descent = n;
+    PyObject *key, *value;
+    while (PyDict_Next(members, &pos, &key, &value) && i < n) {
+        if (!PyUnicode_CheckExact(key))
+            goto not_implemented;
+        if (descent == n && i > 0 && PyUnicode_Compare(keys[i - 1], key) > 0)
+            descent = i; /* the keys before are in order */
+        keys[i] = key;
+        values[i] = value;
+        i++;
+    }
+    if (i != n) {
+        PyErr_SetString(PyExc_RuntimeError, "members changed size during the assignment");
+        goto done;
+    }
+    if (descent < n) {
+        /* A sorted prefix and a short tail (joiners): sort the tail by insertion, then merge. */
+        Py_ssize_t tail = n - descent;
+        if (tail > TAIL_MAX)
+            goto not_implemented;
+        PyObject *tk[TAIL_MAX], *tv[TAIL_MAX];
+        for (Py_ssize_t a = 0; a < tail; a++) {
+            PyObject *k = keys[descent + a], *v = values[descent + a];
+            Py_ssize_t b = a;
+            while (b > 0 && PyUnicode_Compare(tk[b - 1], k) > 0) {
+                tk[b] = tk[b - 1];
+                tv[b] = tv[b - 1];
+                b--;
+            }
+            tk[b] = k;
+            tv[b] = v;
+        }
+        /* merge from the back: prefix keys[0, descent) and tk[0, tail) into keys[0, n) */
+        Py_ssize_t p = descent - 1, t = tail - 1, out = n - 1;
+        while (t >= 0) {
+            if (p >= 0 && PyUnicode_Compare(keys[p], tk[t]) > 0) {
+                keys[out] = keys[p];
+                values[out] = values[p];
+                p--;
+            } else {
+                keys[out] = tk[t];
+                values[out] = tv[t];
+                t--;
+            }
+            out--;
+        }
+    }
+    member_ids = PyList_New(n);
+    currents = PyList_New(n);
+    if (member_ids == NULL || currents == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *current = PyObject_GetAttr(values[i], assignment_name);
+        if (current == NULL)
+            goto done;
+        Py_INCREF(keys[i]);
+        PyList_SET_ITEM(member_ids, i, keys[i]);
+        PyList_SET_ITEM(currents, i, current);
+    }
+    result = run_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints);
+    goto done;
+not_implemented:
+    result = Py_NotImplemented;
+    Py_INCREF(result);
+done:
+    PyMem_Free(keys);
+    Py_XDECREF(member_ids);
+    Py_XDECREF(currents);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"assign_homogeneous", assign_homogeneous, METH_VARARGS, assign_homogeneous_doc},
+    {"assign_homogeneous_members", assign_homogeneous_members, METH_VARARGS, assign_homogeneous_members_doc},
     {NULL, NULL, 0, NULL},
 };
 
