@@ -510,25 +510,32 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
     static PyObject *assignment_name = NULL;
     if (assignment_name == NULL && (assignment_name = PyUnicode_InternFromString("assignment")) == NULL)
         return NULL;
-    Py_ssize_t n = PyDict_GET_SIZE(members);
+    Py_ssize_t n = PyDict_GET_SIZE(members), got = 0, descent = n;
     PyObject *result = NULL, *member_ids = NULL, *currents = NULL;
-    /* borrowed: keys and values in dict order, then in key order */
+    /* Owned references: each member's id and current assignment, in dict order, then in id order.
+     * Reading an attribute may run Python code, so nothing borrowed from the dict is kept. */
     PyObject **keys = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n + 1) * 2);
     if (keys == NULL)
         return PyErr_NoMemory();
     PyObject **values = keys + n + 1;
-    Py_ssize_t pos = 0, i = 0, descent = n;
+    Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (PyDict_Next(members, &pos, &key, &value) && i < n) {
+    while (got < n && PyDict_Next(members, &pos, &key, &value)) {
         if (!PyUnicode_CheckExact(key))
             goto not_implemented;
-        if (descent == n && i > 0 && PyUnicode_Compare(keys[i - 1], key) > 0)
-            descent = i; /* the keys before are in order */
-        keys[i] = key;
-        values[i] = value;
-        i++;
+        Py_INCREF(key);
+        PyObject *current = PyObject_GetAttr(value, assignment_name);
+        if (current == NULL) {
+            Py_DECREF(key);
+            goto done;
+        }
+        if (descent == n && got > 0 && PyUnicode_Compare(keys[got - 1], key) > 0)
+            descent = got; /* the keys before are in order */
+        keys[got] = key;
+        values[got] = current;
+        got++;
     }
-    if (i != n) {
+    if (got != n || PyDict_GET_SIZE(members) != n) {
         PyErr_SetString(PyExc_RuntimeError, "members changed size during the assignment");
         goto done;
     }
@@ -549,7 +556,7 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
             tk[b] = k;
             tv[b] = v;
         }
-        /* merge from the back: prefix keys[0, descent) and tk[0, tail) into keys[0, n) */
+        /* merge from the back: the prefix keys[0, descent) and tk[0, tail) into keys[0, n) */
         Py_ssize_t p = descent - 1, t = tail - 1, out = n - 1;
         while (t >= 0) {
             if (p >= 0 && PyUnicode_Compare(keys[p], tk[t]) > 0) {
@@ -568,20 +575,21 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
     currents = PyList_New(n);
     if (member_ids == NULL || currents == NULL)
         goto done;
-    for (i = 0; i < n; i++) {
-        PyObject *current = PyObject_GetAttr(values[i], assignment_name);
-        if (current == NULL)
-            goto done;
-        Py_INCREF(keys[i]);
+    for (Py_ssize_t i = 0; i < n; i++) { /* the lists take the references over */
         PyList_SET_ITEM(member_ids, i, keys[i]);
-        PyList_SET_ITEM(currents, i, current);
+        PyList_SET_ITEM(currents, i, values[i]);
     }
+    got = 0;
     result = run_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints);
     goto done;
 not_implemented:
     result = Py_NotImplemented;
     Py_INCREF(result);
 done:
+    for (Py_ssize_t i = 0; i < got; i++) { /* still ours unless the lists took them */
+        Py_DECREF(keys[i]);
+        Py_DECREF(values[i]);
+    }
     PyMem_Free(keys);
     Py_XDECREF(member_ids);
     Py_XDECREF(currents);
