@@ -832,6 +832,20 @@ def test_the_c_builder_declines_a_member_dict_it_cannot_read_in_order():
     assert list(assign_homogeneous(spec, TopicDescriber({"t": TopicMetadata(10)}))) == sorted(many)
 
 
+def test_the_c_builder_takes_a_large_view_with_hundreds_of_joiners_appended():
+    # The coordinator re-sorts its view once joiners are a sixteenth of it: 250 joiners appended
+    # to 4,000 members in order are read as they are, and give what the sorted lists give.
+    rng = random.Random(848)
+    member = MemberSubscription(frozenset({"t"}))
+    ids = sorted({f"{rng.getrandbits(64):016x}" for _ in range(4250)})
+    joiners = rng.sample(ids, 250)
+    view = {m: member for m in ids if m not in set(joiners)} | {m: member for m in joiners}
+    ints = tuple(range(5000))
+    got = native.assign_homogeneous_members(view, ["t"], [5000], None, ints)
+    assert got is not NotImplemented and list(got) == ids
+    assert got == native.assign_homogeneous(ids, [{}] * len(ids), ["t"], [5000], None, ints)
+
+
 @pytest.mark.parametrize("member_count,partitions", [(1, 0), (3, 1), (10, 4000), (64, 1000), (1000, 999), (3000, 20000)])
 def test_the_c_builder_matches_the_reference_as_members_leave_and_join(member_count, partitions):
     rng = random.Random(member_count)

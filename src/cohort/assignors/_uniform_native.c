@@ -493,12 +493,13 @@ assign_homogeneous(PyObject *module, PyObject *args)
 PyDoc_STRVAR(assign_homogeneous_members_doc,
 "assign_homogeneous_members(members, topic_ids, counts, hashes, ints) -> dict | None | NotImplemented\n\n"
 "`assign_homogeneous` for a dict of member id (str) -> member (with an `assignment` attribute),\n"
-"as the coordinator keeps a group's view: in member id order, with up to TAIL_MAX joiners\n"
-"appended. The ids are put in order and the current assignments read here, in one pass, instead\n"
-"of sorting and mapping them in Python. NotImplemented when a key is not a str or more than\n"
-"TAIL_MAX keys are out of order (the caller sorts them and calls `assign_homogeneous`).");
+"as the coordinator keeps a group's view: in member id order, with joiners appended until they\n"
+"are a sixteenth of it. The ids are put in order and the current assignments read here, in one\n"
+"pass, instead of sorting and mapping them in Python. NotImplemented (found early) when a key is\n"
+"not a str or the keys are not in that shape (the caller sorts them, `assign_homogeneous`).");
 
-#define TAIL_MAX 64
+/* Out-of-order keys taken at the end of the dict: an eighth of it, and at least this many. */
+#define TAIL_MIN 64
 
 static PyObject *
 assign_homogeneous_members(PyObject *module, PyObject *args)
@@ -510,7 +511,7 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
     static PyObject *assignment_name = NULL;
     if (assignment_name == NULL && (assignment_name = PyUnicode_InternFromString("assignment")) == NULL)
         return NULL;
-    Py_ssize_t n = PyDict_GET_SIZE(members), got = 0, descent = n;
+    Py_ssize_t n = PyDict_GET_SIZE(members), got = 0, descent = n, tail_max = n / 8 + TAIL_MIN;
     PyObject *result = NULL, *member_ids = NULL, *currents = NULL;
     /* Owned references: each member's id and current assignment, in dict order, then in id order.
      * Reading an attribute may run Python code, so nothing borrowed from the dict is kept. */
@@ -531,6 +532,11 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
         }
         if (descent == n && got > 0 && PyUnicode_Compare(keys[got - 1], key) > 0)
             descent = got; /* the keys before are in order */
+        if (got - descent >= tail_max) { /* not a sorted view with joiners appended */
+            Py_DECREF(key);
+            Py_DECREF(current);
+            goto not_implemented;
+        }
         keys[got] = key;
         values[got] = current;
         got++;
@@ -540,21 +546,28 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
         goto done;
     }
     if (descent < n) {
-        /* A sorted prefix and a short tail (joiners): sort the tail by insertion, then merge. */
+        /* A sorted prefix and a tail (joiners): sort the tail by binary insertion, then merge. */
         Py_ssize_t tail = n - descent;
-        if (tail > TAIL_MAX)
-            goto not_implemented;
-        PyObject *tk[TAIL_MAX], *tv[TAIL_MAX];
+        PyObject **tk = PyMem_Malloc(sizeof(PyObject *) * (size_t)tail * 2);
+        if (tk == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        PyObject **tv = tk + tail;
         for (Py_ssize_t a = 0; a < tail; a++) {
-            PyObject *k = keys[descent + a], *v = values[descent + a];
-            Py_ssize_t b = a;
-            while (b > 0 && PyUnicode_Compare(tk[b - 1], k) > 0) {
-                tk[b] = tk[b - 1];
-                tv[b] = tv[b - 1];
-                b--;
+            PyObject *k = keys[descent + a];
+            Py_ssize_t lo = 0, hi = a;
+            while (lo < hi) {
+                Py_ssize_t mid = (lo + hi) / 2;
+                if (PyUnicode_Compare(tk[mid], k) > 0)
+                    hi = mid;
+                else
+                    lo = mid + 1;
             }
-            tk[b] = k;
-            tv[b] = v;
+            memmove(tk + lo + 1, tk + lo, sizeof(PyObject *) * (size_t)(a - lo));
+            memmove(tv + lo + 1, tv + lo, sizeof(PyObject *) * (size_t)(a - lo));
+            tk[lo] = k;
+            tv[lo] = values[descent + a];
         }
         /* merge from the back: the prefix keys[0, descent) and tk[0, tail) into keys[0, n) */
         Py_ssize_t p = descent - 1, t = tail - 1, out = n - 1;
@@ -570,6 +583,7 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
             }
             out--;
         }
+        PyMem_Free(tk);
     }
     member_ids = PyList_New(n);
     currents = PyList_New(n);
