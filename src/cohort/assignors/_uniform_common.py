@@ -67,7 +67,17 @@ _uuid_int = attrgetter("int")
 _UUID_ONLY = frozenset((uuid.UUID,))
 
 
-_sorted_cache: dict[frozenset, tuple[list, list]] = {}
+_sorted_cache: dict[frozenset, tuple[list, list, dict]] = {}
+
+
+def _cached(topic_ids: frozenset) -> tuple[list, list, dict]:
+    found = _sorted_cache.get(topic_ids)
+    if found is None:
+        if len(_sorted_cache) >= 256:
+            _sorted_cache.clear()
+        ordered = sorted_topic_ids(topic_ids)
+        found = _sorted_cache[topic_ids] = (ordered, list(map(hash, ordered)), dict.fromkeys(ordered))
+    return found
 
 
 def subscription_topics(topic_ids) -> tuple[list, list | None]:
@@ -77,13 +87,15 @@ def subscription_topics(topic_ids) -> tuple[list, list | None]:
     Callers must not modify what they get."""
     if type(topic_ids) is not frozenset:
         return sorted_topic_ids(topic_ids), None
-    found = _sorted_cache.get(topic_ids)
-    if found is None:
-        if len(_sorted_cache) >= 256:
-            _sorted_cache.clear()
-        ordered = sorted_topic_ids(topic_ids)
-        found = _sorted_cache[topic_ids] = (ordered, list(map(hash, ordered)))
-    return found
+    return _cached(topic_ids)[:2]
+
+
+def subscription_keys(topic_ids) -> dict:
+    """The subscription's topic ids, sorted, as the keys of a dict (values None), remembered with
+    `subscription_topics`: `dict.fromkeys` of it reuses the stored hashes. Callers must not modify it."""
+    if type(topic_ids) is not frozenset:
+        return dict.fromkeys(sorted_topic_ids(topic_ids))
+    return _cached(topic_ids)[2]
 
 
 def partition_counts(topics: SubscribedTopicDescriber, topic_ids: list) -> list[int]:

@@ -35,7 +35,13 @@ from cohort.assignors._range_racks import (
     rack_owners,
     rack_runs_small,
 )
-from cohort.assignors._uniform_common import ints, partition_counts, sorted_topic_ids, subscription_topics
+from cohort.assignors._uniform_common import (
+    ints,
+    partition_counts,
+    sorted_topic_ids,
+    subscription_keys,
+    subscription_topics,
+)
 from cohort.assignors.api import (
     FreshGroups,
     GroupAssignment,
@@ -174,38 +180,16 @@ def _assign_homogeneous_plain(members: Mapping[str, MemberSubscription], member_
     values = members.values()
     if not (_NO_INSTANCE.issuperset(map(_instance_id, values)) and _NO_INSTANCE.issuperset(map(_rack_id, values))):
         return None  # an empty instance id or rack still counts
-    ordered, hashes = subscription_topics(members[member_ids[0]].subscribed_topic_ids)
-    counts = partition_counts(topics, ordered)
+    subscription = members[member_ids[0]].subscribed_topic_ids
+    counts = partition_counts(topics, subscription_topics(subscription)[0])
     n = counts[0] if counts else 0
     if n <= 0 or counts.count(n) != len(counts):
         return None
-    group = _topic_keys(ordered, hashes)
-    quota, extra = divmod(n, len(member_ids))
-    receivers = member_ids if quota else member_ids[:extra]
-    run = ints(n)
-    stops = list(accumulate(chain(repeat(quota + 1, extra), repeat(quota, len(receivers) - extra))))
-    runs = map(run.__getitem__, map(slice, chain((0,), stops), stops))
-    result = dict(zip(receivers, map(dict.fromkeys, repeat(group), runs)))
-    if not quota:
-        result.update({m: {} for m in member_ids[extra:]})
+    receivers, pieces = _range_pieces(member_ids, subscription_keys(subscription), n)
+    result = dict(zip(receivers, pieces))
+    if len(receivers) < len(member_ids):
+        result.update({m: {} for m in member_ids[len(receivers):]})
     return result
-
-
-_keys_cache: dict[int, tuple[list, dict]] = {}
-
-
-def _topic_keys(ordered: list, hashes: list | None) -> dict:
-    """The subscription's topic ids as the keys of a dict (values None), in sorted order; made once
-    per cached subscription (`dict.fromkeys` of a dict reuses its stored hashes, and hashing a
-    `uuid.UUID` runs Python code). Callers must not modify it."""
-    if hashes is None:
-        return dict.fromkeys(ordered)
-    found = _keys_cache.get(id(ordered))
-    if found is None or found[0] is not ordered:
-        if len(_keys_cache) >= 256:
-            _keys_cache.clear()
-        found = _keys_cache[id(ordered)] = (ordered, dict.fromkeys(ordered))
-    return found[1]
 
 
 def _sized(racks, n: int) -> tuple:
@@ -221,13 +205,7 @@ def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict,
 
     The runs and dicts are made by C-level `map`s over all subscribers at once: in a group of a
     hundred members a Python loop per member was most of the assignment."""
-    quota, extra = divmod(n, len(subscribers))
-    if quota == 0:
-        subscribers = subscribers[:extra]  # the rest get nothing from this group
-    run = ints(n)  # slices of one shared tuple: copying pointers beats building ints
-    stops = list(accumulate(chain(repeat(quota + 1, extra), repeat(quota, len(subscribers) - extra))))
-    runs = map(run.__getitem__, map(slice, chain((0,), stops), stops))
-    pieces = map(dict.fromkeys, repeat(group), runs)
+    subscribers, pieces = _range_pieces(subscribers, group, n)
     if _EMPTY_ONLY.issuperset(map(len, map(result.__getitem__, subscribers))):
         result.update(zip(subscribers, pieces))
         return
@@ -237,6 +215,18 @@ def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict,
             target.update(piece)
         else:
             result[member_id] = piece
+
+
+def _range_pieces(subscribers: list[str], group: dict, n: int):
+    """(the subscribers that get partitions, an iterator of their {topic: run} dicts): with n
+    partitions and k subscribers the first n % k take n // k + 1, the others n // k."""
+    quota, extra = divmod(n, len(subscribers))
+    if quota == 0:
+        subscribers = subscribers[:extra]  # the rest get nothing from this group
+    run = ints(n)  # slices of one shared tuple: copying pointers beats building ints
+    stops = list(accumulate(chain(repeat(quota + 1, extra), repeat(quota, len(subscribers) - extra))))
+    runs = map(run.__getitem__, map(slice, chain((0,), stops), stops))
+    return subscribers, map(dict.fromkeys, repeat(group), runs)
 
 
 _EMPTY_ONLY = frozenset((0,))
