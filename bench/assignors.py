@@ -182,16 +182,22 @@ def run_case(case: Case, repeat: int) -> tuple[list[float] | None, list[float], 
         return None, [], f"skipped: {type(exc).__name__}: {exc}"
     spec, describer = build_spec(case, assignor)
     assignor.assign(spec, describer)
+    wall, cpu = time_calls(lambda: assignor.assign(spec, describer), repeat, max(CALLS or case.number, case.number))
+    return wall, cpu, ""
+
+
+def time_calls(call, repeat: int, number: int) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU milliseconds per call of `repeat` runs of `number` back-to-back calls,
+    each run after a full garbage collection."""
     wall, cpu = [], []
-    number = max(CALLS or case.number, case.number)
     for _ in range(repeat):
         gc.collect()
         start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(number):
-            assignor.assign(spec, describer)
+            call()
         cpu.append((time.process_time() - start_cpu) * 1000 / number)
         wall.append((time.perf_counter() - start) * 1000 / number)
-    return wall, cpu, ""
+    return wall, cpu
 
 
 def main(argv: list[str] | None = None) -> int:

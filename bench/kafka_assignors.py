@@ -24,7 +24,6 @@ two; `/proc` shows the JVM's process figure next to it.
 from __future__ import annotations
 
 import argparse
-import gc
 import glob
 import hashlib
 import json
@@ -33,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -96,19 +94,11 @@ def run_cohort(case: shapes.Case, calls: int, runs: int) -> dict:
     spec, describer = shapes.build_spec(case, assignor)
     for _ in range(3):
         assignor.assign(spec, describer)
-    steady, after_gc = [], []
-    for _ in range(runs):
-        gc.collect()
-        start = time.process_time()
-        for _ in range(calls):
-            assignor.assign(spec, describer)
-        steady.append((time.process_time() - start) * 1000 / calls)
-    for _ in range(runs):
-        gc.collect()
-        start = time.process_time()
+
+    def call():
         assignor.assign(spec, describer)
-        after_gc.append((time.process_time() - start) * 1000)
-    return {"steady": steady, "after_gc": after_gc}
+
+    return {"steady": shapes.time_calls(call, runs, calls)[1], "after_gc": shapes.time_calls(call, runs, 1)[1]}
 
 
 def main(argv: list[str] | None = None) -> int:

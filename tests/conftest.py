@@ -11,9 +11,9 @@ Under pytest-xdist (`make test` runs six workers), each module is one unit of wo
 module-scoped servers start once (a few modules of long independent tests: each test), and the
 pipeline's modules that use the in-process Spark session share one worker and that session (a
 second session for the modules that sample a live broker cost more CPU than it saved: the run is
-bound by the machine's CPU, not by its longest unit). Units are handed out longest first (the directories below,
-slowest first), so that the slow end-to-end modules overlap with each other instead of trailing at
-the end of the run. Tests marked ``heavy`` (kill -9s, deadlines, several brokers and client
+bound by the machine's CPU, not by its longest unit). Units are handed out longest first (the
+directories below, slowest first), so that the slow end-to-end modules overlap with each other
+instead of trailing at the end of the run. Tests marked ``heavy`` (kill -9s, deadlines, several brokers and client
 processes at once) take one of HEAVY_SLOTS slots shared by all workers, so that no more than that
 many run at the same time and starve each other of the two cores.
 """

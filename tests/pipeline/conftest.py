@@ -163,6 +163,31 @@ def evaluation(fleet, tmp_path_factory) -> Evaluation:
     return run.result()
 
 
+@pytest.fixture
+def slow_count_progress(capsys, monkeypatch):
+    """A function that counts `rows` rows through `tasks` tasks of a UDF sleeping `sleep_s` a row
+    (nondeterministic, so it stays above the shuffle) on `spark`, under a `session.Progress`
+    reporter named `name` reporting every 0.1 s, and returns the lines of that step."""
+    from pyspark.sql import functions as F
+
+    from cohort.pipeline import session
+
+    monkeypatch.setattr(session, "PROGRESS_EVERY_S", 0.1)
+
+    def run(spark, name: str, rows: int, tasks: int, sleep_s: float) -> list[str]:
+        slow = F.udf(lambda x: __import__("time").sleep(sleep_s) or x, "long").asNondeterministic()
+        reporter = session.Progress(spark, name)
+        try:
+            session.step("filtering slowly")
+            assert spark.range(0, rows, 1, 2).repartition(tasks).where(slow("id") >= 0).count() == rows
+        finally:
+            reporter.stop()
+        return [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith(f"{name}: progress: filtering slowly (")]
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def isolated():
     """`run_isolated`, for tests that run a job of their own."""

@@ -304,26 +304,17 @@ def test_a_failure_on_the_connect_server_is_one_line_with_its_cause(cluster, tmp
     assert not (tmp_path / "out" / "_spark").exists()
 
 
-def test_progress_lines_through_connect_count_tasks(cluster, capsys, monkeypatch):
+def test_progress_lines_through_connect_count_tasks(cluster, slow_count_progress):
     """The lines of a job through Spark Connect come from its progress reports: tasks per stage."""
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from cohort.pipeline import session
 
-    monkeypatch.setattr(session, "PROGRESS_EVERY_S", 0.1)
     spark = SparkSession.builder.remote(cluster.remote).create()
     try:
         assert session.is_remote(spark) and session.default_parallelism(spark) == 2  # the server's local[2]
-        slow = F.udf(lambda x: __import__("time").sleep(0.01) or x, "long").asNondeterministic()
-        reporter = session.Progress(spark, "connect")
-        try:
-            session.step("filtering slowly")
-            assert spark.range(0, 400, 1, 2).repartition(8).where(slow("id") >= 0).count() == 400
-        finally:
-            reporter.stop()
+        lines = slow_count_progress(spark, "connect", rows=400, tasks=8, sleep_s=0.01)
     finally:
         spark.stop()
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("connect: progress: filtering slowly (")]
     assert any(re.search(r"stage \d+: \d+/8 tasks done", line) for line in lines), lines
     assert all("tasks/s" in line and "rows read" not in line for line in lines), lines

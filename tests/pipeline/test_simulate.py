@@ -99,21 +99,9 @@ def test_progress_lines_name_the_step_and_the_tasks(spark, tmp_path, capsys, mon
     assert session._current is None  # a stopped reporter no longer takes steps
 
 
-def test_progress_lines_count_the_rows_of_tasks_done_while_their_stage_runs(spark, capsys, monkeypatch):
+def test_progress_lines_count_the_rows_of_tasks_done_while_their_stage_runs(spark, slow_count_progress):
     """Spark reports a task's rows when the task ends: a stage of 16 tasks of ~0.2 s each on two
     cores is running, with rows counted, for over a second: many lines, not one lucky sample."""
-    import time
-
-    from cohort.pipeline import session
-
-    monkeypatch.setattr(session, "PROGRESS_EVERY_S", 0.1)
-    slow = F.udf(lambda x: time.sleep(0.002) or x, "long").asNondeterministic()  # not pushed below the shuffle
-    reporter = session.Progress(spark, "rows")
-    try:
-        session.step("filtering slowly")
-        assert spark.range(0, 1600, 1, 2).repartition(16).where(slow("id") >= 0).count() == 1600
-    finally:
-        reporter.stop()
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("rows: progress: filtering slowly (")]
+    lines = slow_count_progress(spark, "rows", rows=1600, tasks=16, sleep_s=0.002)
     read = [int(n.replace(",", "")) for line in lines for n in re.findall(r"([\d,]+) rows read", line)]
     assert any(0 < n < 1600 for n in read), lines  # counted as tasks finish, while the stage still runs
