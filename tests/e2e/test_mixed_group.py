@@ -22,6 +22,9 @@ FAST = ("group.initial.rebalance.delay.ms=200", "group.min.session.timeout.ms=10
         "group.consumer.session.timeout.ms=4000", "group.consumer.min.session.timeout.ms=1000")
 
 
+# The producer's pace, well below what three members committing every message synchronously
+# consume on a loaded machine, so that a backlog left by a rebalance drains.
+RATE = 200
 RETRIABLE = (ck.KafkaError.REBALANCE_IN_PROGRESS, ck.KafkaError.STALE_MEMBER_EPOCH)
 
 
@@ -93,7 +96,7 @@ class Producer(threading.Thread):
             self.producer.produce(self.topic, value=b"m%d" % self.sent, partition=self.sent % PARTITIONS)
             self.sent += 1
             self.producer.poll(0)
-            time.sleep(0.002)
+            time.sleep(1 / RATE)
         assert self.producer.flush(20) == 0
 
     def stop(self):
@@ -104,7 +107,7 @@ class Producer(threading.Thread):
 def test_rolling_migration_from_classic_to_consumer(tmp_path):
     srv = ServerProcess(tmp_path / "data", *FAST, log_path=str(tmp_path / "server.log")).start()
     members = []
-    producer = None
+    producer = observer = None
     try:
         bootstrap, topic, group = srv.bootstrap, "rolling", "rolling-group"
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -137,10 +140,14 @@ def test_rolling_migration_from_classic_to_consumer(tmp_path):
         described = admin.describe_consumer_groups([group])[group].result(10)
         assert str(described.type).endswith("CLASSIC") and len(described.members) == MEMBERS
         def caught_up(what):
-            """Everything produced so far is consumed (the producer keeps going meanwhile)."""
+            """Everything produced so far is consumed (the producer keeps going meanwhile). A stall
+            fails: 20 s in which nothing more of it was consumed; slow progress on a busy machine
+            does not."""
             target = {b"m%d" % i for i in range(producer.sent)}
-            deadline = time.monotonic() + 30
+            deadline, left = time.monotonic() + 20, len(target)
             while not consumed >= target:
+                if len(target - consumed) < left:
+                    deadline, left = time.monotonic() + 20, len(target - consumed)
                 if time.monotonic() >= deadline:
                     missing = sorted(int(v[1:]) for v in target - consumed)
                     by_partition = {p: sum(1 for i in missing if i % PARTITIONS == p) for p in range(PARTITIONS)}
@@ -178,6 +185,7 @@ def test_rolling_migration_from_classic_to_consumer(tmp_path):
         members.clear()
         observe()
         observer.close()
+        observer = None
         ends = {p: (producer.sent - p + PARTITIONS - 1) // PARTITIONS for p in range(PARTITIONS)}
         assert {p: h[-1] for p, h in history.items()} == ends
         for p, h in history.items():
@@ -187,6 +195,8 @@ def test_rolling_migration_from_classic_to_consumer(tmp_path):
             producer.stop()
         for m in members:
             m.stop()
+        if observer is not None:
+            observer.close()
         assert srv.stop() == 0
 
 
