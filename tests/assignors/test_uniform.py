@@ -24,6 +24,7 @@ from cohort.assignors import (
     TopicMetadata,
     get,
 )
+from cohort.assignors import _uniform_heterogeneous
 from cohort.assignors._uniform_heterogeneous import MAX_ITERATION_COUNT, _LoadRanges
 from cohort.assignors._uniform_homogeneous import assign_homogeneous, native
 from cohort.assignors._uniform_small import (
@@ -327,12 +328,62 @@ def test_heterogeneous_properties(group, rng):
         holders = [m for m in subscribers if t in result[m]]
         if len(subscribers) >= 2 and holders:
             assert max(load[m] for m in holders) - min(load[m] for m in subscribers) <= 1
+    with python_loops():
+        assert_same_result(ASSIGNOR.assign(spec, topics), result, [members[m].assignment for m in sorted(members)])
     shuffled = permuted(members, rng)
     assert ASSIGNOR.assign(GroupSpec(shuffled, SubscriptionType.HETEROGENEOUS), topics) == result
     again = ASSIGNOR.assign(GroupSpec({m: MemberSubscription(s.subscribed_topic_ids, assignment=result[m])
                                        for m, s in members.items()}, SubscriptionType.HETEROGENEOUS), topics)
     assert again == result
     assert all(again[m] is result[m] for m in result)
+
+
+class python_loops:
+    """The heterogeneous builder without its C loops (as where the extension is not built)."""
+
+    def __enter__(self):
+        self.saved, _uniform_heterogeneous.native = _uniform_heterogeneous.native, None
+
+    def __exit__(self, *exc):
+        _uniform_heterogeneous.native = self.saved
+
+
+def test_the_heterogeneous_c_loops_leave_odd_members_to_python_and_match_it():
+    """Members whose current assignment the C loop does not read (a non-dict mapping, a list of
+    partitions, a bool, an int too big for C) are taken over by the Python loop in the middle of
+    the C one; the result is the Python builder's, reused dicts included."""
+    topics = describer(a=6, b=4, c=3)
+    members = {
+        "m0": member("a", "b", assignment={"a": (0, 1), "b": (0,)}),
+        "m1": member("a", "c", assignment=MappingProxyType({"a": (2,), "c": (0, 1)})),
+        "m2": member("b", "c", assignment={"b": [3, 1], "c": (2,)}),
+        "m3": member("a", "b", assignment={"a": (True, 3)}),
+        "m4": member("a", "c", assignment={"a": (4, 2 ** 70), "c": (1,)}),
+        "m5": member("b", "c", assignment={"b": (1, 2)}),
+        "m6": member("a", assignment={"a": (5, 5), "zz": (0,)}),
+        "m7": member("a", "b", "c"),
+    }
+    spec = GroupSpec(members, SubscriptionType.HETEROGENEOUS)
+    got = ASSIGNOR.assign(spec, topics)
+    with python_loops():
+        expected = ASSIGNOR.assign(spec, topics)
+    assert got == expected == reference_heterogeneous(members, topics)
+    assert [m for m in got if got[m] is members[m].assignment] == [m for m in expected
+                                                                  if expected[m] is members[m].assignment]
+    check_contract(members, topics, got)
+
+
+def test_the_heterogeneous_c_loops_refuse_what_the_builder_never_passes():
+    assert native.hetero_scatter([{}], [-1], [True], "t", ()) is False  # an unowned partition
+    targets = [{}, None]
+    assert native.hetero_scatter(targets, [0, 1, 0], [True, False], "t", ((0,), (1,))) is True
+    assert targets[0] == {"t": (0, 2)}
+    with pytest.raises(ValueError):
+        native.hetero_assign_free([-1], None, [], [0], [False])  # free partitions, nobody to take them
+    with pytest.raises(ValueError):
+        native.hetero_assign_free([-1, -1], [0, 5], [0], [0], [False])  # a free partition out of range
+    with pytest.raises(ValueError):
+        native.hetero_keep_current([{}], 0, [], ["t"], {"t": 0}, [[-1]], [0], [False])
 
 
 @PROPERTY_SETTINGS

@@ -16,7 +16,9 @@ members numbered in member-id order and ties broken by topic id:
 
 Cost is about O(P log P + sum over topics of subscribers) per pass, never O(P * M): state is a
 per-topic owner list and a per-member load array, and only members whose partitions changed get
-a new mapping in the output.
+a new mapping in the output. Where the C extension is built, its `hetero_*` functions run the three
+per-partition loops (taking over the current assignment, dealing the free partitions, writing the
+output) on the same lists; the Python loops here are their reference.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from operator import add, attrgetter, itemgetter
 
 from cohort.assignors._uniform_common import partition_tuple, reused, singles, sorted_topic_ids
 from cohort.assignors.api import GroupAssignment, GroupSpec, PartitionAssignorError, SubscribedTopicDescriber
+
+try:  # built from _uniform_native.c at install time where a C compiler is available (setup.py)
+    from cohort.assignors import _uniform_native as native
+except ImportError:  # pragma: no cover - the Python loops below do the same work
+    native = None
 
 MAX_ITERATION_COUNT = 16
 
@@ -124,38 +131,48 @@ class _Builder:
         Dropped: topics the member no longer subscribes to (or unknown ones), out-of-range
         partitions, and partitions already claimed by an earlier member.
         """
+        index, count = 0, len(currents)
+        while index < count:
+            if native is not None:  # all canonical members at C speed; the others in Python
+                index = native.hetero_keep_current(currents, index, self.subscribed, self.topic_ids, self.by_value,
+                                                   self.owners, self.loads, self.changed)
+                if index == count:
+                    return
+            if currents[index]:
+                self._keep_member(index, currents[index])
+            index += 1
+
+    def _keep_member(self, index: int, current: Mapping) -> None:
+        """keep_current's rules for one member (the reference for the C loop)."""
         owners, loads, changed = self.owners, self.loads, self.changed
         by_identity, by_value = self.by_identity, self.by_value
-        for index, current in enumerate(currents):
-            if not current:
+        subscribed = self.subscribed[index]
+        count = 0
+        for topic_id, parts in current.items():
+            t = by_identity.get(id(topic_id))
+            if t is None:
+                t = by_value.get(topic_id)
+            if t is None or t not in subscribed or not parts:
+                changed[index] = True
                 continue
-            subscribed = self.subscribed[index]
-            count = 0
-            for topic_id, parts in current.items():
-                t = by_identity.get(id(topic_id))
-                if t is None:
-                    t = by_value.get(topic_id)
-                if t is None or t not in subscribed or not parts:
-                    changed[index] = True
+            if type(parts) is not tuple:
+                changed[index] = True
+                parts = partition_tuple(parts)
+                if parts is None:
                     continue
-                if type(parts) is not tuple:
+            owner = owners[t]
+            n = len(owner)
+            previous = -1
+            for p in parts:
+                if p <= previous:
                     changed[index] = True
-                    parts = partition_tuple(parts)
-                    if parts is None:
-                        continue
-                owner = owners[t]
-                n = len(owner)
-                previous = -1
-                for p in parts:
-                    if p <= previous:
-                        changed[index] = True
-                    previous = p
-                    if 0 <= p < n and owner[p] == -1:
-                        owner[p] = index
-                        count += 1
-                    else:
-                        changed[index] = True
-            loads[index] += count
+                previous = p
+                if 0 <= p < n and owner[p] == -1:
+                    owner[p] = index
+                    count += 1
+                else:
+                    changed[index] = True
+        loads[index] += count
 
     def assign_unassigned(self) -> None:
         """Give each unowned partition to the least-loaded subscriber of its topic.
@@ -174,6 +191,10 @@ class _Builder:
                 pending[t] = [p for p, o in enumerate(owner) if o == -1]
         for t in self.topic_order(pending):
             free = pending[t]
+            if native is not None:
+                native.hetero_assign_free(owners[t], None if type(free) is range else free, self.subscribers[t],
+                                          loads, changed)
+                continue
             ordered = sorted(self.subscribers[t], key=loads.__getitem__)
             count, need = len(ordered), len(free)
             picks: list[int] = []
@@ -256,6 +277,10 @@ class _Builder:
         widest = max(self.counts, default=0)
         one = singles(widest)
         for t, owner in enumerate(self.owners):
+            if native is not None:
+                if not native.hetero_scatter(targets, owner, changed, self.topic_ids[t], one):
+                    raise PartitionAssignorError("Some partitions were left unassigned")
+                continue
             if -1 in owner:
                 raise PartitionAssignorError("Some partitions were left unassigned")
             if not any(map(changed.__getitem__, owner)):

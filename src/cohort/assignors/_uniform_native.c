@@ -610,15 +610,483 @@ done:
     return result;
 }
 
+/* ---- The heterogeneous builder's per-partition loops (`_uniform_heterogeneous._Builder`) ----
+ *
+ * That builder keeps its state in Python lists of ints: owners[t][p] (the member index owning
+ * partition p of topic t, -1 for nobody), loads[m] and changed[m]. Its per-partition loops ran
+ * as C-level maps of list methods at about 100 ns per partition and step, most of a 50,000
+ * partition assignment; these functions run the same loops on those very lists. The Python code
+ * around them (topic order, balancing) is unchanged, and its own loops stay the reference these
+ * are tested against. */
+
+/* An exact int that fits a Py_ssize_t, into *out; 0 for anything else (no error set). */
+static int
+exact_index(PyObject *item, Py_ssize_t *out)
+{
+    if (!PyLong_CheckExact(item))
+        return 0;
+    Py_ssize_t value = PyLong_AsSsize_t(item);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = value;
+    return 1;
+}
+
+/* Replace list[i] by a new int; 0 or -1 on an error. */
+static int
+store_int(PyObject *list, Py_ssize_t i, long long value)
+{
+    PyObject *item = PyLong_FromLongLong(value);
+    if (item == NULL)
+        return -1;
+    PyObject *old = PyList_GET_ITEM(list, i);
+    PyList_SET_ITEM(list, i, item);
+    Py_DECREF(old);
+    return 0;
+}
+
+static void
+store_object(PyObject *list, Py_ssize_t i, PyObject *item)
+{
+    PyObject *old = PyList_GET_ITEM(list, i);
+    Py_INCREF(item);
+    PyList_SET_ITEM(list, i, item);
+    Py_DECREF(old);
+}
+
+/* A member's entries are all this function handles: an exact dict of exact tuples of ints that
+ * fit a long long. */
+static int
+canonical_current(PyObject *current)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(current, &pos, &key, &value)) {
+        if (!PyTuple_CheckExact(value))
+            return 0;
+        for (Py_ssize_t k = 0, size = PyTuple_GET_SIZE(value); k < size; k++) {
+            PyObject *item = PyTuple_GET_ITEM(value, k);
+            int overflow = 0;
+            if (!PyLong_CheckExact(item))
+                return 0;
+            PyLong_AsLongLongAndOverflow(item, &overflow);
+            if (overflow)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Bitmaps of the subscribed topic-index sets, one per distinct set object. */
+typedef struct {
+    AddressTable table;    /* set object -> bitmap number */
+    unsigned char *bits;   /* bitmaps, `stride` bytes each */
+    size_t stride, used, capacity;
+} SetBits;
+
+/* The bitmap of a set of topic indices; NULL with no error set if it is not a set of ints. */
+static const unsigned char *
+set_bits(SetBits *b, PyObject *set, Py_ssize_t topics)
+{
+    Py_ssize_t at = address_get(&b->table, set);
+    if (at >= 0)
+        return b->bits + (size_t)at * b->stride;
+    if (!PyAnySet_CheckExact(set) || (b->table.used + 1) * 2 > b->table.mask + 1)
+        return NULL;
+    if (b->used == b->capacity) {
+        size_t capacity = b->capacity ? b->capacity * 2 : 8;
+        unsigned char *bits = PyMem_Realloc(b->bits, capacity * b->stride);
+        if (bits == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        b->bits = bits;
+        b->capacity = capacity;
+    }
+    unsigned char *mine = b->bits + b->used * b->stride;
+    memset(mine, 0, b->stride);
+    PyObject *iterator = PyObject_GetIter(set), *item;
+    if (iterator == NULL)
+        return NULL;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        Py_ssize_t t;
+        if (exact_index(item, &t) && t >= 0 && t < topics)
+            mine[t >> 3] |= (unsigned char)(1u << (t & 7));
+        Py_DECREF(item);
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred())
+        return NULL;
+    address_put(&b->table, set, (Py_ssize_t)b->used);
+    b->used++;
+    return mine;
+}
+
+PyDoc_STRVAR(hetero_keep_current_doc,
+"hetero_keep_current(currents, start, subscribed, topic_ids, by_value, owners, loads, changed) -> int\n\n"
+"_Builder.keep_current for the members from `start` on, in place; returns the index of the first\n"
+"member it leaves to the Python loop (a current assignment that is not a dict of tuples of ints),\n"
+"or len(currents) when it did them all.");
+
+static PyObject *
+hetero_keep_current(PyObject *self, PyObject *args)
+{
+    PyObject *currents, *subscribed, *topic_ids, *by_value, *owners, *loads, *changed;
+    Py_ssize_t start;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!nO!O!O!O!O!O!", &PyList_Type, &currents, &start, &PyList_Type, &subscribed,
+                          &PyList_Type, &topic_ids, &PyDict_Type, &by_value, &PyList_Type, &owners,
+                          &PyList_Type, &loads, &PyList_Type, &changed))
+        return NULL;
+    Py_ssize_t members = PyList_GET_SIZE(currents), topics = PyList_GET_SIZE(topic_ids);
+    if (PyList_GET_SIZE(subscribed) != members || PyList_GET_SIZE(loads) != members
+        || PyList_GET_SIZE(changed) != members || PyList_GET_SIZE(owners) != topics || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "currents, subscribed, loads and changed, or topic ids and owners, must match");
+        return NULL;
+    }
+    for (Py_ssize_t t = 0; t < topics; t++) {
+        if (!PyList_CheckExact(PyList_GET_ITEM(owners, t))) {
+            PyErr_SetString(PyExc_TypeError, "owners must be lists");
+            return NULL;
+        }
+    }
+    AddressTable table = {NULL, 0, 0};
+    SetBits sets;
+    memset(&sets, 0, sizeof(sets));
+    sets.stride = (size_t)topics / 8 + 1;
+    size_t slots = 16;
+    while (slots < (size_t)topics * 4)
+        slots <<= 1;
+    table.slots = PyMem_Calloc(slots, sizeof(Slot));
+    table.mask = slots - 1;
+    size_t set_slots = 16;
+    while (set_slots < (size_t)(members - (start < members ? start : members)) * 2 + 2)
+        set_slots <<= 1;
+    sets.table.slots = PyMem_Calloc(set_slots, sizeof(Slot));
+    sets.table.mask = set_slots - 1;
+    PyObject *result = NULL, *me = NULL;
+    if (table.slots == NULL || sets.table.slots == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t t = 0; t < topics; t++)
+        address_put(&table, PyList_GET_ITEM(topic_ids, t), t);
+
+    Py_ssize_t i;
+    for (i = start; i < members; i++) {
+        PyObject *current = PyList_GET_ITEM(currents, i);
+        if (!PyDict_CheckExact(current))
+            break;
+        if (PyDict_GET_SIZE(current) == 0)
+            continue;
+        if (!canonical_current(current))
+            break;
+        const unsigned char *bits = set_bits(&sets, PyList_GET_ITEM(subscribed, i), topics);
+        if (bits == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            break;
+        }
+        int is_changed = 0;
+        long long count = 0;
+        Py_CLEAR(me);
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        /* The dict is only read here: owners, loads and changed are other objects, and a by-value
+         * lookup (a key that is not one of topic_ids' objects) runs the key's __hash__ and __eq__,
+         * which cannot reach the builder's lists. */
+        Py_INCREF(current);
+        while (PyDict_Next(current, &pos, &key, &value)) {
+            Py_ssize_t t = address_get(&table, key);
+            if (t < 0) {
+                PyObject *found = PyDict_GetItemWithError(by_value, key);
+                if (found == NULL && PyErr_Occurred()) {
+                    Py_DECREF(current);
+                    goto done;
+                }
+                if (found == NULL || !exact_index(found, &t) || t < 0 || t >= topics)
+                    t = -1;
+            }
+            if (!PyTuple_CheckExact(value)) { /* changed under us by a key's __eq__: give up */
+                Py_DECREF(current);
+                PyErr_SetString(PyExc_RuntimeError, "a current assignment changed while it was read");
+                goto done;
+            }
+            Py_ssize_t size = PyTuple_GET_SIZE(value);
+            if (t < 0 || !(bits[t >> 3] & (1u << (t & 7))) || size == 0) {
+                is_changed = 1;
+                continue;
+            }
+            PyObject *owner = PyList_GET_ITEM(owners, t);
+            Py_ssize_t n = PyList_GET_SIZE(owner);
+            long long previous = -1;
+            for (Py_ssize_t k = 0; k < size; k++) {
+                long long p = PyLong_AsLongLong(PyTuple_GET_ITEM(value, k));
+                if (p == -1 && PyErr_Occurred()) {
+                    Py_DECREF(current);
+                    goto done;
+                }
+                if (p <= previous)
+                    is_changed = 1;
+                previous = p;
+                Py_ssize_t o;
+                if (p >= 0 && p < n && exact_index(PyList_GET_ITEM(owner, (Py_ssize_t)p), &o) && o == -1) {
+                    if (me == NULL && (me = PyLong_FromSsize_t(i)) == NULL) {
+                        Py_DECREF(current);
+                        goto done;
+                    }
+                    store_object(owner, (Py_ssize_t)p, me);
+                    count++;
+                } else {
+                    is_changed = 1;
+                }
+            }
+        }
+        Py_DECREF(current);
+        if (count) {
+            Py_ssize_t load;
+            if (!exact_index(PyList_GET_ITEM(loads, i), &load)) {
+                PyErr_SetString(PyExc_TypeError, "loads must be ints");
+                goto done;
+            }
+            if (store_int(loads, i, (long long)load + count) < 0)
+                goto done;
+        }
+        if (is_changed)
+            store_object(changed, i, Py_True);
+    }
+    result = PyLong_FromSsize_t(i);
+done:
+    Py_XDECREF(me);
+    PyMem_Free(table.slots);
+    PyMem_Free(sets.table.slots);
+    PyMem_Free(sets.bits);
+    return result;
+}
+
+typedef struct {
+    long long load;
+    Py_ssize_t position; /* in the topic's subscriber list (ascending member indices) */
+    Py_ssize_t member;
+} Subscriber;
+
+static int
+compare_subscribers(const void *a, const void *b)
+{
+    const Subscriber *x = a, *y = b;
+    if (x->load != y->load)
+        return (x->load > y->load) - (x->load < y->load);
+    return (x->position > y->position) - (x->position < y->position);
+}
+
+PyDoc_STRVAR(hetero_assign_free_doc,
+"hetero_assign_free(owner, free, subscribers, loads, changed) -> None\n\n"
+"_Builder.assign_unassigned for one topic, in place: its unowned partitions `free` (a list, or\n"
+"None for all of them in order) go to its subscribers sorted by (load, member index), served\n"
+"round-robin over the least-loaded range, which widens as its level rises.");
+
+static PyObject *
+hetero_assign_free(PyObject *self, PyObject *args)
+{
+    PyObject *owner, *free, *subscribers, *loads, *changed;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!", &PyList_Type, &owner, &free, &PyList_Type, &subscribers,
+                          &PyList_Type, &loads, &PyList_Type, &changed))
+        return NULL;
+    if (free != Py_None && !PyList_CheckExact(free)) {
+        PyErr_SetString(PyExc_TypeError, "free must be a list or None");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(owner), count = PyList_GET_SIZE(subscribers);
+    Py_ssize_t need = free == Py_None ? n : PyList_GET_SIZE(free), members = PyList_GET_SIZE(loads);
+    if (need == 0)
+        Py_RETURN_NONE;
+    if (count == 0 || PyList_GET_SIZE(changed) != members) {
+        PyErr_SetString(PyExc_ValueError, "a topic with free partitions needs subscribers; loads and changed must match");
+        return NULL;
+    }
+    Subscriber *ordered = PyMem_Malloc(sizeof(Subscriber) * (size_t)count);
+    Py_ssize_t *picks = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)need);
+    long long *added = PyMem_Calloc((size_t)count, sizeof(long long));
+    PyObject *result = NULL;
+    if (ordered == NULL || picks == NULL || added == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < count; j++) {
+        Py_ssize_t m, load;
+        if (!exact_index(PyList_GET_ITEM(subscribers, j), &m) || m < 0 || m >= members
+            || !exact_index(PyList_GET_ITEM(loads, m), &load)) {
+            PyErr_SetString(PyExc_ValueError, "subscribers must be member indices with int loads");
+            goto done;
+        }
+        ordered[j].load = load;
+        ordered[j].position = j;
+        ordered[j].member = m;
+    }
+    qsort(ordered, (size_t)count, sizeof(Subscriber), compare_subscribers);
+    Py_ssize_t picked = 0, end = 0;
+    long long level = ordered[0].load - 1;
+    while (picked < need) {
+        level++;
+        while (end < count && ordered[end].load == level)
+            end++;
+        Py_ssize_t take = end < need - picked ? end : need - picked;
+        for (Py_ssize_t k = 0; k < take; k++)
+            picks[picked++] = k;
+    }
+    for (Py_ssize_t k = 0; k < need; k++) {
+        Py_ssize_t p = k;
+        if (free != Py_None && (!exact_index(PyList_GET_ITEM(free, k), &p) || p < 0 || p >= n)) {
+            PyErr_SetString(PyExc_ValueError, "free partitions must be ints within the topic");
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < need; k++) {
+        Py_ssize_t p = k;
+        if (free != Py_None)
+            exact_index(PyList_GET_ITEM(free, k), &p);
+        store_object(owner, p, PyList_GET_ITEM(subscribers, ordered[picks[k]].position));
+        added[picks[k]]++;
+    }
+    for (Py_ssize_t j = 0; j < count; j++) {
+        if (added[j] == 0)
+            continue;
+        if (store_int(loads, ordered[j].member, ordered[j].load + added[j]) < 0)
+            goto done;
+        store_object(changed, ordered[j].member, Py_True);
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(ordered);
+    PyMem_Free(picks);
+    PyMem_Free(added);
+    return result;
+}
+
+PyDoc_STRVAR(hetero_scatter_doc,
+"hetero_scatter(targets, owner, changed, topic_id, singles) -> bool\n\n"
+"_Builder.changed_assignments for one topic: each changed owner's partitions of it, ascending,\n"
+"as targets[owner][topic_id] (one-partition entries share the tuples of `singles`). False, with\n"
+"nothing written, when a partition has no owner.");
+
+static PyObject *
+hetero_scatter(PyObject *self, PyObject *args)
+{
+    PyObject *targets, *owner, *changed, *key, *singles;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!", &PyList_Type, &targets, &PyList_Type, &owner, &PyList_Type, &changed,
+                          &key, &PyTuple_Type, &singles))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(owner), members = PyList_GET_SIZE(targets);
+    if (PyList_GET_SIZE(changed) != members) {
+        PyErr_SetString(PyExc_ValueError, "targets and changed must match");
+        return NULL;
+    }
+    Py_ssize_t *held = PyMem_Calloc((size_t)members + 1, sizeof(Py_ssize_t));
+    Py_ssize_t *of = PyMem_Malloc(sizeof(Py_ssize_t) * ((size_t)n + 1));
+    PyObject **tuples = NULL, *result = NULL;
+    if (held == NULL || of == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t writes = 0;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        Py_ssize_t o;
+        if (!exact_index(PyList_GET_ITEM(owner, p), &o) || o < -1 || o >= members) {
+            PyErr_SetString(PyExc_ValueError, "owners must be member indices or -1");
+            goto done;
+        }
+        if (o == -1) {
+            result = Py_False;
+            Py_INCREF(result);
+            goto done;
+        }
+        int c = PyObject_IsTrue(PyList_GET_ITEM(changed, o));
+        if (c < 0)
+            goto done;
+        of[p] = c ? o : -1;
+        if (c) {
+            if (!PyDict_CheckExact(PyList_GET_ITEM(targets, o))) {
+                PyErr_SetString(PyExc_TypeError, "a changed member's target must be a dict");
+                goto done;
+            }
+            held[o]++;
+            writes++;
+        }
+    }
+    if (writes) {
+        Py_hash_t hash = PyObject_Hash(key);
+        if (hash == -1 && PyErr_Occurred())
+            goto done;
+        tuples = PyMem_Calloc((size_t)members + 1, sizeof(PyObject *));
+        if (tuples == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t p = 0; p < n; p++) {
+            Py_ssize_t o = of[p];
+            if (o < 0)
+                continue;
+            PyObject *value;
+            if (tuples[o] == NULL && held[o] == 1 && p < PyTuple_GET_SIZE(singles)) {
+                value = PyTuple_GET_ITEM(singles, p);
+                Py_INCREF(value);
+            } else {
+                if (tuples[o] == NULL) {
+                    if ((tuples[o] = PyTuple_New(held[o])) == NULL)
+                        goto done;
+                    held[o] = 0; /* from now on: how many are filled */
+                }
+                PyObject *item = PyLong_FromSsize_t(p);
+                if (item == NULL)
+                    goto done;
+                PyTuple_SET_ITEM(tuples[o], held[o]++, item);
+                if (held[o] < PyTuple_GET_SIZE(tuples[o]))
+                    continue;
+                value = tuples[o];
+                tuples[o] = NULL;
+                PyObject_GC_UnTrack(value); /* ints only, as for the homogeneous builder's tuples */
+            }
+            PyObject *target = PyList_GET_ITEM(targets, o);
+#if PY_VERSION_HEX < 0x030D0000
+            int rc = _PyDict_SetItem_KnownHash(target, key, value, hash);
+#else
+            int rc = PyDict_SetItem(target, key, value);
+#endif
+            Py_DECREF(value);
+            if (rc < 0)
+                goto done;
+        }
+    }
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    if (tuples != NULL) {
+        for (Py_ssize_t o = 0; o < members; o++)
+            Py_XDECREF(tuples[o]);
+        PyMem_Free(tuples);
+    }
+    PyMem_Free(held);
+    PyMem_Free(of);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"assign_homogeneous", assign_homogeneous, METH_VARARGS, assign_homogeneous_doc},
     {"assign_homogeneous_members", assign_homogeneous_members, METH_VARARGS, assign_homogeneous_members_doc},
+    {"hetero_keep_current", hetero_keep_current, METH_VARARGS, hetero_keep_current_doc},
+    {"hetero_assign_free", hetero_assign_free, METH_VARARGS, hetero_assign_free_doc},
+    {"hetero_scatter", hetero_scatter, METH_VARARGS, hetero_scatter_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "cohort.assignors._uniform_native",
-    "The uniform assignor's homogeneous builder for canonical input, in C.", -1, methods,
+    "The uniform assignor's homogeneous builder for canonical input, and the heterogeneous builder's per-partition loops, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC
