@@ -23,6 +23,7 @@ with what a replica layout implies cached per distinct layout (`_range_racks.rac
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from itertools import accumulate, chain, repeat
 from operator import attrgetter
 
@@ -220,13 +221,23 @@ def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict,
 def _range_pieces(subscribers: list[str], group: dict, n: int):
     """(the subscribers that get partitions, an iterator of their {topic: run} dicts): with n
     partitions and k subscribers the first n % k take n // k + 1, the others n // k."""
-    quota, extra = divmod(n, len(subscribers))
-    if quota == 0:
-        subscribers = subscribers[:extra]  # the rest get nothing from this group
-    run = ints(n)  # slices of one shared tuple: copying pointers beats building ints
-    stops = list(accumulate(chain(repeat(quota + 1, extra), repeat(quota, len(subscribers) - extra))))
-    runs = map(run.__getitem__, map(slice, chain((0,), stops), stops))
+    runs = range_runs(n, len(subscribers))
+    if len(runs) < len(subscribers):
+        subscribers = subscribers[:len(runs)]  # the rest get nothing from this group
     return subscribers, map(dict.fromkeys, repeat(group), runs)
+
+
+@lru_cache(maxsize=256)
+def range_runs(n: int, k: int) -> tuple[tuple[int, ...], ...]:
+    """The runs of n partitions over k subscribers (only the non-empty ones), shared between
+    assignments of the same shape: tuples are immutable, and slicing a hundred runs cost about as
+    much as the rest of a small group's assignment."""
+    quota, extra = divmod(n, k)
+    if quota == 0:
+        k = extra
+    run = ints(n)  # slices of one shared tuple: copying pointers beats building ints
+    stops = list(accumulate(chain(repeat(quota + 1, extra), repeat(quota, k - extra))))
+    return tuple(map(run.__getitem__, map(slice, chain((0,), stops), stops)))
 
 
 _EMPTY_ONLY = frozenset((0,))
