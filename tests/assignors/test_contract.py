@@ -7,6 +7,8 @@ on the order in which members or topics were inserted into the input mappings.
 
 from __future__ import annotations
 
+import uuid
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,3 +99,21 @@ def test_assignors_are_pure(group, name):
 def test_an_empty_group_gets_an_empty_assignment():
     for name in BUILTINS:
         assert _run(name, {}, {"t": TopicMetadata(3)}) == {}
+
+
+
+def test_a_describer_looks_topics_up_by_the_hashes_it_is_given():
+    """`partition_counts_hashed` answers as `partition_counts` does (unknown topics -1), with ids
+    equal to the known ones but other objects too; `lookup_hashed` takes any mapping."""
+    from types import MappingProxyType
+
+    from cohort.assignors.api import lookup_hashed
+
+    known = [uuid.UUID(int=i * 7919) for i in range(1, 6)]
+    asked = [known[3], uuid.UUID(int=12345), known[0], uuid.UUID(int=known[1].int)]
+    hashes = list(map(hash, asked))
+    api = TopicDescriber({t: TopicMetadata(i + 1) for i, t in enumerate(known)})
+    assert api.partition_counts_hashed(asked, hashes) == api.partition_counts(asked) == [4, -1, 1, 2]
+    plain = {t: str(t) for t in known}
+    expected = [str(known[3]), None, str(known[0]), str(known[1])]
+    assert lookup_hashed(plain, asked, hashes) == lookup_hashed(MappingProxyType(plain), asked, hashes) == expected

@@ -93,3 +93,16 @@ def test_the_view_lists_members_in_member_id_order_give_or_take_recent_joiners()
     assert shard.handle(join("g", ids[34]), 102).response.error_code == 0  # three of 35 > 1/16: in order again
     assert list(group.spec_cache) == sorted(ids[:35])
     assert group.spec_cache == fresh(group, shard.image)
+
+
+def test_the_group_describer_counts_partitions_by_the_hashes_it_is_given():
+    """The coordinator's describer answers `partition_counts_hashed` as `partition_counts`:
+    unknown topics -1, an id equal to a known one but another object found."""
+    import uuid
+
+    known = [uuid.UUID(int=i * 7919) for i in range(1, 6)]
+    img = MetadataImage.of(TopicImage(f"t{i}", t, i + 1) for i, t in enumerate(known))
+    describer = target.GroupTopicDescriber(img, "g", None)
+    asked = [known[3], uuid.UUID(int=12345), known[0], uuid.UUID(int=known[1].int)]
+    assert describer.partition_counts_hashed(asked, list(map(hash, asked))) == describer.partition_counts(asked)
+    assert describer.partition_counts(asked) == [4, -1, 1, 2]

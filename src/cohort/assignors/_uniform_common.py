@@ -98,9 +98,13 @@ def subscription_keys(topic_ids) -> dict:
     return _cached(topic_ids)[2]
 
 
-def partition_counts(topics: SubscribedTopicDescriber, topic_ids: list) -> list[int]:
+def partition_counts(topics: SubscribedTopicDescriber, topic_ids: list, hashes: list | None = None) -> list[int]:
     """`num_partitions` of each topic (-1: unknown), through the describer's optional
-    `partition_counts` when it has one (one call for all the topics)."""
+    `partition_counts_hashed` (given the ids' hashes) or `partition_counts` when it has one."""
+    if hashes is not None:
+        hashed = getattr(topics, "partition_counts_hashed", None)
+        if hashed is not None:
+            return hashed(topic_ids, hashes)
     many = getattr(topics, "partition_counts", None)
     return many(topic_ids) if many is not None else list(map(topics.num_partitions, topic_ids))
 
@@ -115,7 +119,7 @@ def known_topics(topic_ids, topics: SubscribedTopicDescriber) -> tuple[list, lis
     `uuid.UUID`), a noticeable share of a small group's assignment.
     """
     ordered, hashes = subscription_topics(topic_ids)
-    counts = partition_counts(topics, ordered)
+    counts = partition_counts(topics, ordered, hashes)
     if min(counts, default=0) >= 0:
         return list(ordered), counts, hashes
     known, kept = [], []

@@ -1075,12 +1075,58 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(values_by_hash_doc,
+"values_by_hash(mapping, keys, hashes) -> list\n\n"
+"[mapping.get(key) for key in keys], each looked up with its given hash (hash(key), computed by\n"
+"the caller once and kept): a uuid.UUID computes its hash in Python code on every lookup.");
+
+static PyObject *
+values_by_hash(PyObject *self, PyObject *args)
+{
+    PyObject *mapping, *keys, *hashes;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyDict_Type, &mapping, &PyList_Type, &keys, &PyList_Type, &hashes))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(hashes) != n) {
+        PyErr_SetString(PyExc_ValueError, "keys and hashes must match");
+        return NULL;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i), *value;
+        Py_ssize_t hash = PyLong_AsSsize_t(PyList_GET_ITEM(hashes, i));
+        if (hash == -1 && PyErr_Occurred())
+            goto fail;
+#if PY_VERSION_HEX < 0x030D0000
+        value = _PyDict_GetItem_KnownHash(mapping, key, (Py_hash_t)hash);
+#else
+        (void)hash;
+        value = PyDict_GetItemWithError(mapping, key);
+#endif
+        if (value == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            value = Py_None;
+        }
+        Py_INCREF(value);
+        PyList_SET_ITEM(out, i, value);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"assign_homogeneous", assign_homogeneous, METH_VARARGS, assign_homogeneous_doc},
     {"assign_homogeneous_members", assign_homogeneous_members, METH_VARARGS, assign_homogeneous_members_doc},
     {"hetero_keep_current", hetero_keep_current, METH_VARARGS, hetero_keep_current_doc},
     {"hetero_assign_free", hetero_assign_free, METH_VARARGS, hetero_assign_free_doc},
     {"hetero_scatter", hetero_scatter, METH_VARARGS, hetero_scatter_doc},
+    {"values_by_hash", values_by_hash, METH_VARARGS, values_by_hash_doc},
     {NULL, NULL, 0, NULL},
 };
 

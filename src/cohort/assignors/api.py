@@ -19,7 +19,9 @@ Conventions every assignor follows:
   present instead of one `racks_for_partition` call per partition; it is an optional fast path,
   so it is not part of the `SubscribedTopicDescriber` protocol.
 * A describer may also offer `partition_counts(topic_ids)`: `num_partitions` of a sequence of
-  topics in one call (an optional fast path for groups subscribed to many topics).
+  topics in one call (an optional fast path for groups subscribed to many topics), and
+  `partition_counts_hashed(topic_ids, hashes)`: the same, given a list of the ids' hashes that
+  the assignor keeps per subscription (`uuid.UUID` hashes in Python code on every lookup).
 * An assignor may also offer `fresh_owners(groups: FreshGroups) -> (owners, done)`: for many
   groups at once, in columns, the owners `assign` would give the groups it takes (`done`), -1
   for the others. It is an optional fast path for the Spark pipeline, which assigns millions of
@@ -33,6 +35,11 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
+
+try:  # built from _uniform_native.c at install time where a C compiler is available (setup.py)
+    from cohort.assignors._uniform_native import values_by_hash as _values_by_hash
+except ImportError:  # pragma: no cover - the dict's own lookups do the same
+    _values_by_hash = None
 
 TopicId = Hashable
 Partitions = tuple[int, ...]
@@ -138,6 +145,10 @@ class TopicDescriber:
         """`num_partitions` of every topic at once (-1: unknown)."""
         return [-1 if meta is None else meta.num_partitions for meta in map(self._topics.get, topic_ids)]
 
+    def partition_counts_hashed(self, topic_ids: list, hashes: list[int]) -> list[int]:
+        """`partition_counts`, each topic looked up with its given hash."""
+        return [-1 if meta is None else meta.num_partitions for meta in lookup_hashed(self._topics, topic_ids, hashes)]
+
     def racks_for_partition(self, topic_id: TopicId, partition: int) -> frozenset[str]:
         meta = self._topics.get(topic_id)
         if meta is None or partition >= len(meta.racks):
@@ -151,6 +162,14 @@ class TopicDescriber:
     def partition_racks(self, topic_id: TopicId) -> Sequence[frozenset[str]]:
         meta = self._topics.get(topic_id)
         return () if meta is None else meta.racks
+
+
+def lookup_hashed(mapping: Mapping, keys: list, hashes: list[int]) -> list:
+    """[mapping.get(key) for key in keys], where hashes[i] == hash(keys[i]): for a dict, looked up
+    in C with those hashes (when the extension is built) instead of hashing every key again."""
+    if _values_by_hash is not None and type(mapping) is dict and type(keys) is list and type(hashes) is list:
+        return _values_by_hash(mapping, keys, hashes)
+    return list(map(mapping.get, keys))
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,7 +182,7 @@ def _assign_homogeneous_plain(members: Mapping[str, MemberSubscription], member_
     if not (_NO_INSTANCE.issuperset(map(_instance_id, values)) and _NO_INSTANCE.issuperset(map(_rack_id, values))):
         return None  # an empty instance id or rack still counts
     subscription = members[member_ids[0]].subscribed_topic_ids
-    counts = partition_counts(topics, subscription_topics(subscription)[0])
+    counts = partition_counts(topics, *subscription_topics(subscription))
     n = counts[0] if counts else 0
     if n <= 0 or counts.count(n) != len(counts):
         return None

@@ -12,7 +12,7 @@ from itertools import compress
 from operator import and_, attrgetter, is_, not_
 from typing import TYPE_CHECKING
 
-from cohort.assignors.api import Assignor, GroupSpec, MemberSubscription
+from cohort.assignors.api import Assignor, GroupSpec, MemberSubscription, lookup_hashed
 from cohort.coordinator.consumer_group import ConsumerGroup
 from cohort.coordinator.errors import CoordinatorError, Errors
 from cohort.coordinator.metadata import MetadataImage
@@ -49,6 +49,10 @@ class GroupTopicDescriber:
 
     def partition_counts(self, topic_ids: Sequence[uuid.UUID]) -> list[int]:
         return [-1 if topic is None else topic.num_partitions for topic in map(self._image.by_id.get, topic_ids)]
+
+    def partition_counts_hashed(self, topic_ids: list[uuid.UUID], hashes: list[int]) -> list[int]:
+        topics = lookup_hashed(self._image.by_id, topic_ids, hashes)
+        return [-1 if topic is None else topic.num_partitions for topic in topics]
 
     def racks_for_partition(self, topic_id: uuid.UUID, partition: int) -> frozenset[str]:
         topic = self._image.by_id.get(topic_id)
