@@ -933,6 +933,35 @@ def test_the_c_builder_shares_one_tuple_per_short_run_and_builds_the_others(memb
     assert not all(shared)
 
 
+def test_the_c_builder_reads_its_shared_runs_as_runs_and_still_refuses_them_where_they_do_not_fit():
+    """A current entry that is one of the shared run tuples is taken as its run without reading
+    its ints; the same checks hold as for any tuple: a run claimed twice, one past the topic's
+    end, or one out of order in a member's topics makes the input not canonical (None), and the
+    Python builders clean it up as for any other tuple."""
+    ids = [f"m{i}" for i in range(4)]
+    ints = tuple(range(64))
+    first = native.assign_homogeneous(ids, [{}] * 4, ["a", "b"], [8, 8], None, ints)
+    run = first["m0"]["a"]  # (0, 1, 2, 3), a shared tuple
+    assert run == (0, 1, 2, 3) and native.assign_homogeneous(ids, [{}] * 4, ["a", "b"], [8, 8], None, ints)["m0"]["a"] is run
+    steady = native.assign_homogeneous(ids, [first[m] for m in ids], ["a", "b"], [8, 8], None, ints)
+    assert all(steady[m] is first[m] for m in ids)
+    odd_inputs = [
+        [{"a": run}, {"a": run}, {}, {}],  # claimed twice
+        [{"a": run}, {}, {}, {}],  # fine: the control case
+        [{"b": first["m2"]["b"], "a": first["m1"]["a"]}, {}, {}, {}],  # topics out of order
+    ]
+    outcomes = []
+    for counts in ([8, 8], [3, 8]):  # [3, 8]: the run (0, 1, 2, 3) no longer fits topic a
+        for currents in odd_inputs:
+            got = native.assign_homogeneous(ids, currents, ["a", "b"], counts, None, ints)
+            if canonical(currents, ["a", "b"], counts):
+                assert got == assign_by_partition(ids, currents, ["a", "b"], counts)
+            else:
+                assert got is None
+            outcomes.append(got is None)
+    assert outcomes == [True, False, True, True, True, True]
+
+
 def test_the_c_builder_rejects_mismatched_arguments():
     with pytest.raises(ValueError):
         native.assign_homogeneous(["a"], [], ["t"], [1], None, (0,))

@@ -120,6 +120,16 @@ topic_index(Work *w, PyObject *topic_ids, PyObject *key)
     return t;
 }
 
+/* A run of consecutive partitions of one topic, (start, ..., start + length - 1), as one shared
+ * tuple per (start, length) for short runs near a topic's start: what most members receive. A
+ * large group's output then allocates one tuple per distinct run instead of one per member, and
+ * the next assignment finds them again. Tuples are immutable, so sharing them between members,
+ * groups and calls changes nothing a caller can see but identity. Bounded: at most
+ * RUN_MAX_LENGTH x RUN_MAX_START tuples (about 2 MB) for the life of the process. */
+#define RUN_MAX_LENGTH 16
+#define RUN_MAX_START 1024
+static PyObject **run_cache; /* [(length - 1) * RUN_MAX_START + start], each filled when first met */
+
 /* One current entry (topic index t, its partitions): its global partitions appended to the member's. */
 static int
 scan_entry(Work *w, Py_ssize_t member, Py_ssize_t t, PyObject *value, Py_ssize_t *n, int64_t *previous)
@@ -128,6 +138,25 @@ scan_entry(Work *w, Py_ssize_t member, Py_ssize_t t, PyObject *value, Py_ssize_t
         return SCAN_NOT_CANONICAL;
     int64_t base = w->offsets[t], count = w->offsets[t + 1] - base;
     Py_ssize_t size = PyTuple_GET_SIZE(value);
+    PyObject *first = PyTuple_GET_ITEM(value, 0);
+    if (run_cache != NULL && size <= RUN_MAX_LENGTH && PyLong_CheckExact(first)) {
+        /* One of the shared run tuples this builder hands out (what a steady group's current
+         * assignment mostly is): its partitions are known without reading each int. */
+        int overflow = 0;
+        long long p = PyLong_AsLongLongAndOverflow(first, &overflow);
+        if (!overflow && p >= 0 && p < RUN_MAX_START && run_cache[(size - 1) * RUN_MAX_START + p] == value) {
+            if (p + size > count || base + p <= *previous)
+                return SCAN_NOT_CANONICAL;
+            for (int64_t g = base + p; g < base + p + size; g++) {
+                if (w->owner[g] != 0)
+                    return SCAN_NOT_CANONICAL;
+                w->owner[g] = (int32_t)(member + 1);
+                w->entries[(*n)++] = (int32_t)g;
+            }
+            *previous = base + p + size - 1;
+            return SCAN_OK;
+        }
+    }
     for (Py_ssize_t k = 0; k < size; k++) {
         PyObject *item = PyTuple_GET_ITEM(value, k);
         if (!PyLong_CheckExact(item))
@@ -204,16 +233,6 @@ topic_hash(Work *w, PyObject *topic_ids, PyObject *hashes, Py_ssize_t t)
     w->hashes[t] = h;
     return h;
 }
-
-/* A run of consecutive partitions of one topic, (start, ..., start + length - 1), as one shared
- * tuple per (start, length) for short runs near a topic's start: what most members receive. A
- * large group's output then allocates one tuple per distinct run instead of one per member, and
- * the next assignment finds them again. Tuples are immutable, so sharing them between members,
- * groups and calls changes nothing a caller can see but identity. Bounded: at most
- * RUN_MAX_LENGTH x RUN_MAX_START tuples (about 2 MB) for the life of the process. */
-#define RUN_MAX_LENGTH 16
-#define RUN_MAX_START 1024
-static PyObject **run_cache; /* [(length - 1) * RUN_MAX_START + start], each filled when first met */
 
 static PyObject *
 run_tuple(PyObject *ints, Py_ssize_t start, Py_ssize_t length)
