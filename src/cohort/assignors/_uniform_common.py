@@ -8,6 +8,11 @@ from operator import attrgetter
 
 from cohort.assignors.api import MemberAssignment, SubscribedTopicDescriber
 
+try:  # built from _uniform_native.c at install time where a C compiler is available (setup.py)
+    from cohort.assignors import _uniform_native as native
+except ImportError:  # pragma: no cover - the builders' Python code does the same work
+    native = None
+
 # The shared tuples below are cached up to this many partitions (a few MiB); wider topics get
 # a fresh tuple per call rather than pinning memory for the life of the process.
 CACHE_LIMIT = 1 << 16

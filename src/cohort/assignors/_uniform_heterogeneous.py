@@ -29,13 +29,8 @@ from itertools import repeat
 from operator import add, attrgetter, itemgetter
 
 
-from cohort.assignors._uniform_common import partition_tuple, reused, singles, sorted_topic_ids
+from cohort.assignors._uniform_common import native, partition_tuple, reused, singles, sorted_topic_ids
 from cohort.assignors.api import GroupAssignment, GroupSpec, PartitionAssignorError, SubscribedTopicDescriber
-
-try:  # built from _uniform_native.c at install time where a C compiler is available (setup.py)
-    from cohort.assignors import _uniform_native as native
-except ImportError:  # pragma: no cover - the Python loops below do the same work
-    native = None
 
 MAX_ITERATION_COUNT = 16
 

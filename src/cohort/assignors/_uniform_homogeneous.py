@@ -26,14 +26,9 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from cohort.assignors._uniform_common import ints, known_topics
+from cohort.assignors._uniform_common import ints, known_topics, native
 from cohort.assignors._uniform_small import SMALL_MEMBERS, SMALL_PARTITIONS, assign_homogeneous_small
 from cohort.assignors.api import GroupAssignment, GroupSpec, SubscribedTopicDescriber
-
-try:  # built from _uniform_native.c at install time where a C compiler is available (setup.py)
-    from cohort.assignors import _uniform_native as native
-except ImportError:  # pragma: no cover - the pure-Python builders below do the same work
-    native = None
 
 
 def assign_homogeneous(spec: GroupSpec, topics: SubscribedTopicDescriber,

@@ -221,17 +221,16 @@ def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict,
 def _range_pieces(subscribers: list[str], group: dict, n: int):
     """(the subscribers that get partitions, an iterator of their {topic: run} dicts): with n
     partitions and k subscribers the first n % k take n // k + 1, the others n // k."""
-    runs = range_runs(n, len(subscribers))
+    k = len(subscribers)
+    small = n <= SHARED_RUNS_MAX_PARTITIONS and k <= SHARED_RUNS_MAX_SUBSCRIBERS
+    runs = _shared_runs(n, k) if small else range_runs(n, k)
     if len(runs) < len(subscribers):
         subscribers = subscribers[:len(runs)]  # the rest get nothing from this group
     return subscribers, map(dict.fromkeys, repeat(group), runs)
 
 
-@lru_cache(maxsize=256)
 def range_runs(n: int, k: int) -> tuple[tuple[int, ...], ...]:
-    """The runs of n partitions over k subscribers (only the non-empty ones), shared between
-    assignments of the same shape: tuples are immutable, and slicing a hundred runs cost about as
-    much as the rest of a small group's assignment."""
+    """The runs of n partitions over k subscribers (only the non-empty ones)."""
     quota, extra = divmod(n, k)
     if quota == 0:
         k = extra
@@ -241,3 +240,11 @@ def range_runs(n: int, k: int) -> tuple[tuple[int, ...], ...]:
 
 
 _EMPTY_ONLY = frozenset((0,))
+
+
+# Small shapes' runs are shared between assignments: tuples are immutable, and slicing a hundred
+# runs cost about as much as the rest of a small group's assignment. Bounded (about 100 kB a
+# shape at most) so that a broker with many large groups of distinct shapes keeps nothing big.
+SHARED_RUNS_MAX_PARTITIONS = 4096
+SHARED_RUNS_MAX_SUBSCRIBERS = 1024
+_shared_runs = lru_cache(maxsize=128)(range_runs)
