@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from unittest.mock import patch
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -489,3 +490,32 @@ def test_bulk_partition_racks_give_what_per_partition_lookups_give(group, data):
     one_by_one = RANGE.assign(spec, PerPartitionDescriber(topics))
     assert bulk == one_by_one
     assert [list(a.items()) for a in bulk.values()] == [list(a.items()) for a in one_by_one.values()]
+
+
+def test_the_plain_group_check_reads_slots_and_anything_else_through_getattr():
+    """`all_none` (range's check that no member is static or has a rack) answers as getattr does
+    for the assignors' own members, a subclass, any other object, and a class that borrows
+    another class's slot descriptor (whose offset would describe another layout)."""
+    from cohort.assignors._uniform_common import native
+
+    plain = [MemberSubscription(frozenset({"t"})) for _ in range(3)]
+    assert native.all_none(plain, "instance_id", "rack_id") is True
+    assert native.all_none(plain + [MemberSubscription(frozenset(), instance_id="")], "instance_id", "rack_id") is False
+    assert native.all_none(plain + [MemberSubscription(frozenset(), rack_id="r")], "instance_id", "rack_id") is False
+
+    class Sub(MemberSubscription):
+        __slots__ = ("extra",)
+
+    assert native.all_none([Sub(frozenset())], "instance_id", "rack_id") is True
+    assert native.all_none([Sub(frozenset(), rack_id="r")], "instance_id", "rack_id") is False
+
+    class Borrowed:
+        __slots__ = ("a", "b", "c")
+        instance_id = MemberSubscription.instance_id  # a descriptor of another class's layout
+        rack_id = None
+
+    odd = Borrowed()
+    with pytest.raises(TypeError):  # getattr's own answer, not a read at a foreign offset
+        native.all_none([odd], "instance_id", "rack_id")
+    with pytest.raises(AttributeError):
+        native.all_none([object()], "instance_id", "rack_id")

@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1139,6 +1140,74 @@ fail:
     return NULL;
 }
 
+/* The slot offset of attribute `name` of `type` when it is a plain object slot (__slots__), or -1. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
+{
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t offset = -1;
+    /* Only a slot of this very type or a base of it: a descriptor borrowed from another class
+     * would describe another layout. */
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX || member->type == T_OBJECT)
+            offset = member->offset;
+    }
+    Py_DECREF(descr);
+    return offset;
+}
+
+PyDoc_STRVAR(all_none_doc,
+"all_none(objects, first, second) -> bool\n\n"
+"Whether attributes `first` and `second` are None on every object of the list. Objects of one\n"
+"__slots__ class (the assignors' MemberSubscription) are read at their slots' offsets; any\n"
+"other object through getattr. A Python loop over a hundred members' two attributes cost about\n"
+"a fifth of a small group's range assignment.");
+
+static PyObject *
+all_none(PyObject *self, PyObject *args)
+{
+    PyObject *objects, *first, *second;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!UU", &PyList_Type, &objects, &first, &second))
+        return NULL;
+    PyTypeObject *known = NULL;
+    Py_ssize_t first_at = -1, second_at = -1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objects); i++) {
+        PyObject *item = PyList_GET_ITEM(objects, i);
+        if (Py_TYPE(item) != known) {
+            known = Py_TYPE(item);
+            first_at = slot_offset(known, first);
+            second_at = slot_offset(known, second);
+        }
+        if (first_at >= 0 && second_at >= 0) {
+            PyObject *a = *(PyObject **)((char *)item + first_at), *b = *(PyObject **)((char *)item + second_at);
+            if (a == NULL || b == NULL) { /* an unset slot: let getattr raise as Python would */
+                first_at = second_at = -1;
+            } else {
+                if (a != Py_None || b != Py_None)
+                    Py_RETURN_FALSE;
+                continue;
+            }
+        }
+        PyObject *names[2] = {first, second};
+        for (int k = 0; k < 2; k++) {
+            PyObject *value = PyObject_GetAttr(item, names[k]);
+            if (value == NULL)
+                return NULL;
+            int none = value == Py_None;
+            Py_DECREF(value);
+            if (!none)
+                Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"assign_homogeneous", assign_homogeneous, METH_VARARGS, assign_homogeneous_doc},
     {"assign_homogeneous_members", assign_homogeneous_members, METH_VARARGS, assign_homogeneous_members_doc},
@@ -1146,6 +1215,7 @@ static PyMethodDef methods[] = {
     {"hetero_assign_free", hetero_assign_free, METH_VARARGS, hetero_assign_free_doc},
     {"hetero_scatter", hetero_scatter, METH_VARARGS, hetero_scatter_doc},
     {"values_by_hash", values_by_hash, METH_VARARGS, values_by_hash_doc},
+    {"all_none", all_none, METH_VARARGS, all_none_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -38,6 +38,7 @@ from cohort.assignors._range_racks import (
 )
 from cohort.assignors._uniform_common import (
     ints,
+    native,
     partition_counts,
     sorted_topic_ids,
     subscription_keys,
@@ -178,8 +179,7 @@ def _assign_homogeneous_plain(members: Mapping[str, MemberSubscription], member_
     same topics, none is static (range order is member id order) or has a rack, and the topics
     form one co-partitioned group (one partition count). The output is built directly in member
     id order; in a group of a hundred members the general path's bookkeeping cost more than this."""
-    values = members.values()
-    if not (_NO_INSTANCE.issuperset(map(_instance_id, values)) and _NO_INSTANCE.issuperset(map(_rack_id, values))):
+    if not _plain(members.values()):
         return None  # an empty instance id or rack still counts
     subscription = members[member_ids[0]].subscribed_topic_ids
     counts = partition_counts(topics, *subscription_topics(subscription))
@@ -191,6 +191,13 @@ def _assign_homogeneous_plain(members: Mapping[str, MemberSubscription], member_
     if len(receivers) < len(member_ids):
         result.update({m: {} for m in member_ids[len(receivers):]})
     return result
+
+
+def _plain(values) -> bool:
+    """No member is static or has a rack (read in C at the slots' offsets where it is built)."""
+    if native is not None:
+        return native.all_none(list(values), "instance_id", "rack_id")
+    return _NO_INSTANCE.issuperset(map(_instance_id, values)) and _NO_INSTANCE.issuperset(map(_rack_id, values))
 
 
 def _sized(racks, n: int) -> tuple:
