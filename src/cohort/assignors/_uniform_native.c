@@ -67,6 +67,23 @@ address_put(AddressTable *table, PyObject *key, Py_ssize_t index)
     table->slots[at].index = index;
 }
 
+/* An empty table sized for `keys` keys at a quarter full; 0, or -1 with MemoryError set. */
+static int
+address_init(AddressTable *table, size_t keys)
+{
+    size_t slots = 16;
+    while (slots < keys * 4)
+        slots <<= 1;
+    table->slots = PyMem_Calloc(slots, sizeof(Slot));
+    table->mask = slots - 1;
+    table->used = 0;
+    if (table->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 static int
 compare_int32(const void *a, const void *b)
 {
@@ -434,15 +451,12 @@ run_homogeneous(PyObject *member_ids, PyObject *currents, PyObject *topic_ids, P
     PyObject *result = NULL;
     w.offsets = PyMem_Malloc(sizeof(int64_t) * (size_t)(w.topics + 1));
     w.hashes = PyMem_Malloc(sizeof(Py_hash_t) * (size_t)(w.topics + 1));
-    size_t slots = 16;
-    while (slots < (size_t)w.topics * 4)
-        slots <<= 1;
-    w.table.slots = PyMem_Calloc(slots, sizeof(Slot));
-    w.table.mask = slots - 1;
-    if (w.offsets == NULL || w.hashes == NULL || w.table.slots == NULL) {
+    if (w.offsets == NULL || w.hashes == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    if (address_init(&w.table, (size_t)w.topics) < 0)
+        goto done;
     w.offsets[0] = 0;
     int64_t widest = 0;
     for (Py_ssize_t t = 0; t < w.topics; t++) {
@@ -676,27 +690,86 @@ store_object(PyObject *list, Py_ssize_t i, PyObject *item)
     Py_DECREF(old);
 }
 
-/* A member's entries are all this function handles: an exact dict of exact tuples of ints that
- * fit a long long. */
+/* One member's current assignment as read once: per entry its topic index (-1 if unknown) and
+ * its partitions, converted, in `parts`. */
+typedef struct {
+    Py_ssize_t topic, start, size;
+} Entry;
+
+typedef struct {
+    Entry *entries;
+    long long *parts;
+    size_t entry_capacity, part_capacity;
+} Reading;
+
 static int
-canonical_current(PyObject *current)
+reading_reserve(Reading *r, size_t entries, size_t parts)
 {
-    Py_ssize_t pos = 0;
+    if (entries > r->entry_capacity) {
+        Entry *grown = PyMem_Realloc(r->entries, sizeof(Entry) * entries * 2);
+        if (grown == NULL)
+            return -1;
+        r->entries = grown;
+        r->entry_capacity = entries * 2;
+    }
+    if (parts > r->part_capacity) {
+        long long *grown = PyMem_Realloc(r->parts, sizeof(long long) * parts * 2);
+        if (grown == NULL)
+            return -1;
+        r->parts = grown;
+        r->part_capacity = parts * 2;
+    }
+    return 0;
+}
+
+/* Reads a member's current assignment (an exact dict) into `r`: the number of entries, or -2 if
+ * it is not a dict of exact tuples of ints that fit a long long (the Python loop takes it), or
+ * -1 on an error. Everything that can run Python code (a by-value lookup runs the key's __hash__
+ * and __eq__) happens here, before anything is written. */
+static Py_ssize_t
+read_current(PyObject *current, const AddressTable *table, PyObject *by_value, Py_ssize_t topics, Reading *r)
+{
+    Py_ssize_t pos = 0, count = 0;
+    size_t filled = 0;
     PyObject *key, *value;
+    if (reading_reserve(r, (size_t)PyDict_GET_SIZE(current), 0) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
     while (PyDict_Next(current, &pos, &key, &value)) {
-        if (!PyTuple_CheckExact(value))
-            return 0;
-        for (Py_ssize_t k = 0, size = PyTuple_GET_SIZE(value); k < size; k++) {
+        if (!PyTuple_CheckExact(value) || count >= (Py_ssize_t)r->entry_capacity)
+            return -2;
+        Py_ssize_t size = PyTuple_GET_SIZE(value);
+        if (reading_reserve(r, 0, filled + (size_t)size) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t k = 0; k < size; k++) {
             PyObject *item = PyTuple_GET_ITEM(value, k);
             int overflow = 0;
             if (!PyLong_CheckExact(item))
-                return 0;
-            PyLong_AsLongLongAndOverflow(item, &overflow);
+                return -2;
+            r->parts[filled + (size_t)k] = PyLong_AsLongLongAndOverflow(item, &overflow);
             if (overflow)
-                return 0;
+                return -2;
         }
+        Py_ssize_t t = address_get(table, key);
+        if (t < 0) {
+            Py_INCREF(key); /* held: the lookup may run Python code */
+            PyObject *found = PyDict_GetItemWithError(by_value, key);
+            Py_DECREF(key);
+            if (found == NULL && PyErr_Occurred())
+                return -1;
+            if (found == NULL || !exact_index(found, &t) || t < 0 || t >= topics)
+                t = -1;
+        }
+        r->entries[count].topic = t;
+        r->entries[count].start = (Py_ssize_t)filled;
+        r->entries[count].size = size;
+        count++;
+        filled += (size_t)size;
     }
-    return 1;
+    return count;
 }
 
 /* Bitmaps of the subscribed topic-index sets, one per distinct set object. */
@@ -774,23 +847,14 @@ hetero_keep_current(PyObject *self, PyObject *args)
     }
     AddressTable table = {NULL, 0, 0};
     SetBits sets;
+    Reading reading;
     memset(&sets, 0, sizeof(sets));
+    memset(&reading, 0, sizeof(reading));
     sets.stride = (size_t)topics / 8 + 1;
-    size_t slots = 16;
-    while (slots < (size_t)topics * 4)
-        slots <<= 1;
-    table.slots = PyMem_Calloc(slots, sizeof(Slot));
-    table.mask = slots - 1;
-    size_t set_slots = 16;
-    while (set_slots < (size_t)(members - (start < members ? start : members)) * 2 + 2)
-        set_slots <<= 1;
-    sets.table.slots = PyMem_Calloc(set_slots, sizeof(Slot));
-    sets.table.mask = set_slots - 1;
     PyObject *result = NULL, *me = NULL;
-    if (table.slots == NULL || sets.table.slots == NULL) {
-        PyErr_NoMemory();
+    if (address_init(&table, (size_t)topics) < 0
+        || address_init(&sets.table, (size_t)(members - (start < members ? start : members)) / 2 + 1) < 0)
         goto done;
-    }
     for (Py_ssize_t t = 0; t < topics; t++)
         address_put(&table, PyList_GET_ITEM(topic_ids, t), t);
 
@@ -801,7 +865,12 @@ hetero_keep_current(PyObject *self, PyObject *args)
             break;
         if (PyDict_GET_SIZE(current) == 0)
             continue;
-        if (!canonical_current(current))
+        Py_INCREF(current); /* reading it may run Python code (a key's __eq__) */
+        Py_ssize_t entries = read_current(current, &table, by_value, topics, &reading);
+        Py_DECREF(current);
+        if (entries == -1)
+            goto done;
+        if (entries == -2)
             break;
         const unsigned char *bits = set_bits(&sets, PyList_GET_ITEM(subscribed, i), topics);
         if (bits == NULL) {
@@ -812,51 +881,25 @@ hetero_keep_current(PyObject *self, PyObject *args)
         int is_changed = 0;
         long long count = 0;
         Py_CLEAR(me);
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        /* The dict is only read here: owners, loads and changed are other objects, and a by-value
-         * lookup (a key that is not one of topic_ids' objects) runs the key's __hash__ and __eq__,
-         * which cannot reach the builder's lists. */
-        Py_INCREF(current);
-        while (PyDict_Next(current, &pos, &key, &value)) {
-            Py_ssize_t t = address_get(&table, key);
-            if (t < 0) {
-                PyObject *found = PyDict_GetItemWithError(by_value, key);
-                if (found == NULL && PyErr_Occurred()) {
-                    Py_DECREF(current);
-                    goto done;
-                }
-                if (found == NULL || !exact_index(found, &t) || t < 0 || t >= topics)
-                    t = -1;
-            }
-            if (!PyTuple_CheckExact(value)) { /* changed under us by a key's __eq__: give up */
-                Py_DECREF(current);
-                PyErr_SetString(PyExc_RuntimeError, "a current assignment changed while it was read");
-                goto done;
-            }
-            Py_ssize_t size = PyTuple_GET_SIZE(value);
+        for (Py_ssize_t e = 0; e < entries; e++) {
+            Py_ssize_t t = reading.entries[e].topic, size = reading.entries[e].size;
             if (t < 0 || !(bits[t >> 3] & (1u << (t & 7))) || size == 0) {
                 is_changed = 1;
                 continue;
             }
             PyObject *owner = PyList_GET_ITEM(owners, t);
             Py_ssize_t n = PyList_GET_SIZE(owner);
+            const long long *parts = reading.parts + reading.entries[e].start;
             long long previous = -1;
             for (Py_ssize_t k = 0; k < size; k++) {
-                long long p = PyLong_AsLongLong(PyTuple_GET_ITEM(value, k));
-                if (p == -1 && PyErr_Occurred()) {
-                    Py_DECREF(current);
-                    goto done;
-                }
+                long long p = parts[k];
                 if (p <= previous)
                     is_changed = 1;
                 previous = p;
                 Py_ssize_t o;
                 if (p >= 0 && p < n && exact_index(PyList_GET_ITEM(owner, (Py_ssize_t)p), &o) && o == -1) {
-                    if (me == NULL && (me = PyLong_FromSsize_t(i)) == NULL) {
-                        Py_DECREF(current);
+                    if (me == NULL && (me = PyLong_FromSsize_t(i)) == NULL)
                         goto done;
-                    }
                     store_object(owner, (Py_ssize_t)p, me);
                     count++;
                 } else {
@@ -864,7 +907,6 @@ hetero_keep_current(PyObject *self, PyObject *args)
                 }
             }
         }
-        Py_DECREF(current);
         if (count) {
             Py_ssize_t load;
             if (!exact_index(PyList_GET_ITEM(loads, i), &load)) {
@@ -883,6 +925,8 @@ done:
     PyMem_Free(table.slots);
     PyMem_Free(sets.table.slots);
     PyMem_Free(sets.bits);
+    PyMem_Free(reading.entries);
+    PyMem_Free(reading.parts);
     return result;
 }
 
