@@ -40,12 +40,13 @@ def spark_home() -> Path:
 
 class SparkCluster:
     """A master and `workers` workers of `cores` cores each; every application on it gets at most
-    `app_cores` cores (one executor of one core per core), so a Spark Connect server and a job can
-    run on it at once."""
+    `app_cores` cores, in executors of `executor_cores` (an application may ask for other sizes:
+    `--conf spark.executor.cores=N`)."""
 
-    def __init__(self, base: Path, workers: int = 2, cores: int = 2, app_cores: int = 2) -> None:
+    def __init__(self, base: Path, workers: int = 2, cores: int = 2, app_cores: int = 2,
+                 executor_cores: int = 1) -> None:
         self.base = Path(base)
-        self.workers, self.cores, self.app_cores = workers, cores, app_cores
+        self.workers, self.cores, self.app_cores, self.executor_cores = workers, cores, app_cores, executor_cores
         self.processes: list[subprocess.Popen] = []
         self.master_url = ""
         self.remote = ""
@@ -75,7 +76,7 @@ class SparkCluster:
             "spark.driver.bindAddress 127.0.0.1",
             "spark.ui.enabled false",
             f"spark.cores.max {self.app_cores}",
-            "spark.executor.cores 1",
+            f"spark.executor.cores {self.executor_cores}",
             "spark.executor.memory 512m",
             f"spark.driver.defaultJavaOptions {jvm}",
             f"spark.executor.defaultJavaOptions {jvm}",

@@ -43,6 +43,7 @@ def spark(tmp_path_factory):
         # C1 alone sizes the code cache at 48 MB, which this session (the whole unit's Spark code)
         # filled once in a CI run: "Out of space in CodeCache for adapters", and the JVM was gone
         "-XX:ReservedCodeCacheSize=240m",
+        "-XX:+UseSerialGC",  # no concurrent GC threads beside five other workers on 2 cores
         "-XX:-UsePerfData",
     ])
     session = (

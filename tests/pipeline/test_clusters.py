@@ -1,11 +1,13 @@
 """The three jobs on a Spark standalone cluster and through Spark Connect, as on `local[2]`.
 
 One cluster for the module (a master and two workers, `tests/spark_cluster.py`) and a Spark
-Connect server. Each job runs as users run it: `spark-submit src/cohort/pipeline/JOB.py`
-against the standalone master (as docs/pipeline.md describes) and `cohort pipeline ... --remote
-sc://...`; their tables must hold what a `local[2]` run writes. `lag` takes three sweeps of a live
-broker with a KIP-848 group and a classic group, each with a member, whose committed offsets do
-not move while the runs take their samples.
+Connect server. Each job runs as users run it: `spark-submit src/cohort/pipeline/JOB.py` against
+the standalone master (as docs/pipeline.md describes) and `cohort pipeline ... --remote
+sc://...`; their tables must hold what a `local[2]` run writes. A submitted application runs in
+one executor of two cores (an executor is a JVM of its own: 8-10 s of CPU), except `evaluate`'s,
+whose aggregations shuffle between two executors of one core, one on each worker. `lag` takes
+three sweeps of a live broker with a KIP-848 group and a classic group, each with a member, whose
+committed offsets do not move while the runs take their samples.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ JOBS_DIR = Path(__file__).resolve().parents[2] / "src" / "cohort" / "pipeline"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with SparkCluster(tmp_path_factory.mktemp("cluster")) as made:
+    with SparkCluster(tmp_path_factory.mktemp("cluster"), executor_cores=2) as made:
         # The Connect server runs its own local[2] (not two more executors on the workers): what
         # is tested through it is Spark Connect; the cluster is tested by spark-submit.
         made.start_connect(master="local[2]")
@@ -127,7 +129,8 @@ def _env(cluster: SparkCluster, way: str) -> dict:
 
 def _command(cluster: SparkCluster, way: str, job: str, out: Path, *args: str) -> list[str]:
     if way == "submit":
-        return [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
+        two_executors = ["--conf", "spark.executor.cores=1"] if job == "evaluate" else []
+        return [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url, *two_executors,
                 str(JOBS_DIR / f"{job}.py"), *args, "--out", str(out)]
     where = ["--master", "local[2]"] if way == "local" else ["--remote", cluster.remote]
     return [sys.executable, "-m", "cohort.pipeline.cli", job, *args, "--out", str(out), *where]
