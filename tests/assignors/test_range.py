@@ -519,3 +519,47 @@ def test_the_plain_group_check_reads_slots_and_anything_else_through_getattr():
         native.all_none([odd], "instance_id", "rack_id")
     with pytest.raises(AttributeError):
         native.all_none([object()], "instance_id", "rack_id")
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups())
+def test_copied_run_dicts_give_what_building_each_gives(group):
+    """The C `fromkeys_each` (every member's {topic: run} a copy of the first's key table) and
+    `dict.fromkeys` per member give the same assignment, in the same order."""
+    members, topics = group
+    spec = GroupSpec.of(members)
+    copied = RANGE.assign(spec, TopicDescriber(topics))
+    with patch.object(range_module, "native", None):
+        built = RANGE.assign(spec, TopicDescriber(topics))
+    assert [(m, list(a.items())) for m, a in copied.items()] == [(m, list(a.items())) for m, a in built.items()]
+
+
+def test_fromkeys_each_is_dict_fromkeys_for_each_value():
+    import gc
+    import sys
+    import uuid
+
+    from cohort.assignors._uniform_common import native
+
+    keys = dict.fromkeys(uuid.UUID(int=i) for i in range(7))
+    run, other = (0, 1), (2,)
+    values = [run, other, "not a tuple", (3, "not an int"), run]
+    before = sys.getrefcount(run)
+    made = native.fromkeys_each(keys, values)
+    assert made == [dict.fromkeys(keys, v) for v in values]
+    assert all(list(d) == list(keys) for d in made)
+    assert [d[uuid.UUID(int=3)] is v for d, v in zip(made, values)] == [True] * len(values)
+    assert sys.getrefcount(run) == before + 2 * len(keys)  # held by the two dicts, nothing leaked
+    # tuples of ints hold no reference that could close a cycle: those dicts are not tracked
+    assert [gc.is_tracked(d) for d in made] == [False, False, True, True, False]
+    made[0][uuid.UUID(int=0)] = [made]  # a container put in later tracks the dict again
+    assert gc.is_tracked(made[0])
+    del made
+    gc.collect()  # that cycle is found: every dict goes, and every reference to the run with them
+    assert sys.getrefcount(run) == before
+    assert native.fromkeys_each({}, [(1,), (2,)]) == [{}, {}]
+    assert native.fromkeys_each(keys, ()) == []
+    with pytest.raises(TypeError):
+        native.fromkeys_each(keys, 3)
+    with pytest.raises(TypeError):
+        native.fromkeys_each([1, 2], [(1,)])

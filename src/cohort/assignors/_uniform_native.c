@@ -1184,6 +1184,86 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(fromkeys_each_doc,
+"fromkeys_each(keys, values) -> list | NotImplemented\n\n"
+"[dict.fromkeys(keys, value) for value in values], keys a dict: the first dict is built with the\n"
+"keys' stored hashes, every other one is a copy of it (the key table copied whole) with its value\n"
+"set, which costs a third of building each anew. A dict whose value is a tuple of ints is left\n"
+"untracked by the cyclic collector, as `member_dict`'s are. NotImplemented on Python 3.13 and\n"
+"later, which keep the known-hash calls private.");
+
+/* Whether `value` is a tuple holding ints only (it cannot be part of a reference cycle). */
+static int
+int_tuple(PyObject *value)
+{
+    if (!PyTuple_CheckExact(value))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); i++)
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(value, i)))
+            return 0;
+    return 1;
+}
+
+static PyObject *
+fromkeys_each(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *values;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &keys, &values))
+        return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    (void)keys;
+    (void)values;
+    Py_RETURN_NOTIMPLEMENTED;
+#else
+    PyObject *seq = PySequence_Fast(values, "fromkeys_each: values must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), size = PyDict_GET_SIZE(keys);
+    PyObject *out = PyList_New(n);
+    PyObject **key = PyMem_Malloc(sizeof(PyObject *) * (size_t)(size ? size : 1));
+    Py_hash_t *hash = PyMem_Malloc(sizeof(Py_hash_t) * (size_t)(size ? size : 1));
+    PyObject *first = NULL; /* the first dict built: the others are copies of it */
+    if (out == NULL || key == NULL || hash == NULL) {
+        if (out != NULL)
+            PyErr_NoMemory();
+        goto fail;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    Py_hash_t h;
+    /* Borrowed: `keys` is not touched while they are used (only the new dicts are written). */
+    while (i < size && _PyDict_Next(keys, &pos, &k, &v, &h)) {
+        key[i] = k;
+        hash[i++] = h;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *value = PySequence_Fast_GET_ITEM(seq, j);
+        PyObject *d = first == NULL ? _PyDict_NewPresized(size) : PyDict_Copy(first);
+        if (d == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, j, d);
+        for (i = 0; i < size; i++)
+            if (_PyDict_SetItem_KnownHash(d, key[i], value, hash[i]) < 0)
+                goto fail;
+        if (int_tuple(value))
+            PyObject_GC_UnTrack(d); /* topic ids and a tuple of ints: no cycle through it */
+        if (first == NULL)
+            first = d;
+    }
+    PyMem_Free(key);
+    PyMem_Free(hash);
+    Py_DECREF(seq);
+    return out;
+fail:
+    PyMem_Free(key);
+    PyMem_Free(hash);
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+#endif
+}
+
 /* The slot offset of attribute `name` of `type` when it is a plain object slot (__slots__), or -1. */
 static Py_ssize_t
 slot_offset(PyTypeObject *type, PyObject *name)
@@ -1260,6 +1340,7 @@ static PyMethodDef methods[] = {
     {"hetero_scatter", hetero_scatter, METH_VARARGS, hetero_scatter_doc},
     {"values_by_hash", values_by_hash, METH_VARARGS, values_by_hash_doc},
     {"all_none", all_none, METH_VARARGS, all_none_doc},
+    {"fromkeys_each", fromkeys_each, METH_VARARGS, fromkeys_each_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -226,13 +226,21 @@ def _assign_ranges(result: GroupAssignment, subscribers: list[str], group: dict,
 
 
 def _range_pieces(subscribers: list[str], group: dict, n: int):
-    """(the subscribers that get partitions, an iterator of their {topic: run} dicts): with n
-    partitions and k subscribers the first n % k take n // k + 1, the others n // k."""
+    """(the subscribers that get partitions, an iterable of their {topic: run} dicts): with n
+    partitions and k subscribers the first n % k take n // k + 1, the others n // k.
+
+    The dicts share their keys (the group's topics, in its order): the C `fromkeys_each` copies
+    the first one's key table for every other, and those copies were most of a small group's
+    assignment when each was built key by key."""
     k = len(subscribers)
     small = n <= SHARED_RUNS_MAX_PARTITIONS and k <= SHARED_RUNS_MAX_SUBSCRIBERS
     runs = _shared_runs(n, k) if small else range_runs(n, k)
     if len(runs) < len(subscribers):
         subscribers = subscribers[:len(runs)]  # the rest get nothing from this group
+    if native is not None:
+        pieces = native.fromkeys_each(group, runs)
+        if pieces is not NotImplemented:
+            return subscribers, pieces
     return subscribers, map(dict.fromkeys, repeat(group), runs)
 
 
