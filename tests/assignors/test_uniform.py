@@ -883,6 +883,41 @@ def test_the_c_builder_declines_a_member_dict_it_cannot_read_in_order():
     assert list(assign_homogeneous(spec, TopicDescriber({"t": TopicMetadata(10)}))) == sorted(many)
 
 
+def test_the_c_builder_reads_each_members_assignment_as_getattr_does():
+    """The members' `assignment` is read at its slot's offset for the assignors' own class and a
+    subclass, through getattr for anything else: a property overriding it, a plain object, and a
+    class borrowing another class's slot descriptor (never read at a foreign offset)."""
+    from types import SimpleNamespace
+
+    class Slotted(MemberSubscription):
+        __slots__ = ("extra",)
+
+    class Overridden(MemberSubscription):
+        __slots__ = ()
+        assignment = property(lambda self: {"t": (0, 1, 2)})  # over the base's slot, which holds {"t": (6,)}
+
+    overridden = object.__new__(Overridden)
+    for name, value in (("subscribed_topic_ids", frozenset({"t"})), ("rack_id", None), ("instance_id", None)):
+        object.__setattr__(overridden, name, value)
+    MemberSubscription.assignment.__set__(overridden, {"t": (6,)})
+
+    class Borrowed:
+        __slots__ = ("a", "b", "c", "d")
+        assignment = MemberSubscription.assignment
+
+    subs = frozenset({"t"})
+    view = {"a": MemberSubscription(subs, assignment={"t": (3, 4)}), "b": Slotted(subs, assignment={"t": (5,)}),
+            "c": overridden, "d": SimpleNamespace(assignment={"t": (7, 8)}),
+            "e": MemberSubscription(subs)}
+    currents = [{"t": (3, 4)}, {"t": (5,)}, {"t": (0, 1, 2)}, {"t": (7, 8)}, {}]
+    ints = tuple(range(10))
+    got = native.assign_homogeneous_members(view, ["t"], [10], None, ints)
+    assert got == native.assign_homogeneous(list(view), currents, ["t"], [10], None, ints)
+    assert got["a"] is view["a"].assignment and got["d"] is view["d"].assignment  # kept: the very dicts
+    with pytest.raises(TypeError):  # getattr's own answer for the borrowed descriptor
+        native.assign_homogeneous_members({"a": Borrowed()}, ["t"], [10], None, ints)
+
+
 def test_the_c_builder_takes_a_large_view_with_hundreds_of_joiners_appended():
     # The coordinator re-sorts its view once joiners are a sixteenth of it: 250 joiners appended
     # to 4,000 members in order are read as they are, and give what the sorted lists give.
