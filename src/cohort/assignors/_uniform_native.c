@@ -1247,38 +1247,49 @@ fromkeys_each(PyObject *self, PyObject *args)
     PyObject **key = PyMem_Malloc(sizeof(PyObject *) * (size_t)(size ? size : 1));
     Py_hash_t *hash = PyMem_Malloc(sizeof(Py_hash_t) * (size_t)(size ? size : 1));
     PyObject *first = NULL; /* the first dict built: the others are copies of it */
+    Py_ssize_t pos = 0, i = 0, held = 0;
+    PyObject *k, *v;
+    Py_hash_t h;
     if (out == NULL || key == NULL || hash == NULL) {
         if (out != NULL)
             PyErr_NoMemory();
         goto fail;
     }
-    Py_ssize_t pos = 0, i = 0;
-    PyObject *k, *v;
-    Py_hash_t h;
-    /* Borrowed: `keys` is not touched while they are used (only the new dicts are written). */
-    while (i < size && _PyDict_Next(keys, &pos, &k, &v, &h)) {
-        key[i] = k;
-        hash[i++] = h;
+    /* Held, as the values are: comparing keys of equal hashes runs their __eq__, which could
+     * change `keys` or `values`. */
+    while (held < size && _PyDict_Next(keys, &pos, &k, &v, &h)) {
+        Py_INCREF(k);
+        key[held] = k;
+        hash[held++] = h;
     }
+    size = held;
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *value = PySequence_Fast_GET_ITEM(seq, j);
         PyObject *d = first == NULL ? _PyDict_NewPresized(size) : PyDict_Copy(first);
         if (d == NULL)
             goto fail;
         PyList_SET_ITEM(out, j, d);
-        for (i = 0; i < size; i++)
-            if (_PyDict_SetItem_KnownHash(d, key[i], value, hash[i]) < 0)
-                goto fail;
-        if (int_tuple(value))
+        Py_INCREF(value);
+        int rc = 0;
+        for (i = 0; i < size && rc == 0; i++)
+            rc = _PyDict_SetItem_KnownHash(d, key[i], value, hash[i]);
+        if (rc == 0 && int_tuple(value))
             PyObject_GC_UnTrack(d); /* topic ids and a tuple of ints: no cycle through it */
+        Py_DECREF(value);
+        if (rc < 0)
+            goto fail;
         if (first == NULL)
             first = d;
     }
+    for (i = 0; i < held; i++)
+        Py_DECREF(key[i]);
     PyMem_Free(key);
     PyMem_Free(hash);
     Py_DECREF(seq);
     return out;
 fail:
+    for (i = 0; i < held; i++)
+        Py_DECREF(key[i]);
     PyMem_Free(key);
     PyMem_Free(hash);
     Py_XDECREF(out);
