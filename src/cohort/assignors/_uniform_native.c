@@ -19,6 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* dict[key] = value with key's hash known (a uuid.UUID hashes in Python code); Python 3.13 made
+ * the known-hash call private, and there the key is hashed again. */
+static inline int
+set_with_hash(PyObject *dict, PyObject *key, PyObject *value, Py_hash_t hash)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_SetItem_KnownHash(dict, key, value, hash);
+#else
+    (void)hash;
+    return PyDict_SetItem(dict, key, value);
+#endif
+}
+
 /* Topic id object (by address) -> topic index: current assignments normally carry the very
  * objects of the subscription, so most lookups need neither a Python hash nor a compare. */
 typedef struct {
@@ -314,15 +327,7 @@ member_dict(Work *w, const int32_t *parts, Py_ssize_t size, PyObject *topic_ids,
         }
         PyObject *key = PyList_GET_ITEM(topic_ids, t);
         Py_hash_t h = topic_hash(w, topic_ids, hashes, t);
-        int rc;
-        if (h == -1 && PyErr_Occurred())
-            rc = -1;
-        else
-#if PY_VERSION_HEX < 0x030D0000
-            rc = _PyDict_SetItem_KnownHash(out, key, tuple, h);
-#else
-            rc = PyDict_SetItem(out, key, tuple);
-#endif
+        int rc = h == -1 && PyErr_Occurred() ? -1 : set_with_hash(out, key, tuple, h);
         Py_DECREF(tuple);
         if (rc < 0)
             goto fail;
@@ -535,26 +540,56 @@ PyDoc_STRVAR(assign_homogeneous_members_doc,
 /* Out-of-order keys taken at the end of the dict: an eighth of it, and at least this many. */
 #define TAIL_MIN 64
 
-static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name);
-
-/* A new reference to `member.assignment`: read at its slot's offset for a __slots__ class (the
- * assignors' MemberSubscription, found once per type), through getattr for anything else or an
- * unset slot. getattr's generic lookup was about 8 % of a 100-member assignment. */
-static PyObject *
-member_assignment(PyObject *member, PyObject *name, PyTypeObject **known, Py_ssize_t *offset)
+/* The slot offset of attribute `name` of `type` when it is a plain object slot (__slots__), or -1. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
 {
-    if (Py_TYPE(member) != *known) {
-        *known = Py_TYPE(member);
-        *offset = slot_offset(*known, name);
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return -1;
     }
-    if (*offset >= 0) {
-        PyObject *value = *(PyObject **)((char *)member + *offset);
-        if (value != NULL) {
-            Py_INCREF(value);
-            return value;
-        }
+    Py_ssize_t offset = -1;
+    /* Only a slot of this very type or a base of it: a descriptor borrowed from another class
+     * would describe another layout. */
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX || member->type == T_OBJECT)
+            offset = member->offset;
     }
-    return PyObject_GetAttr(member, name);
+    Py_DECREF(descr);
+    return offset;
+}
+
+/* Where a __slots__ attribute sits in the last type read (offset -1: read through getattr). */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offset;
+} SlotCache;
+
+/* `object.name` borrowed from its slot when the object's type keeps it in a plain slot (the
+ * assignors' MemberSubscription; the offset found once per type), else NULL (no error set): an
+ * unset slot or any other class, which getattr reads. getattr's generic lookup of a member's
+ * assignment was about 8 % of a 100-member assignment. */
+static inline PyObject *
+slot_value(PyObject *object, PyObject *name, SlotCache *cache)
+{
+    if (Py_TYPE(object) != cache->type) {
+        cache->type = Py_TYPE(object);
+        cache->offset = slot_offset(cache->type, name);
+    }
+    return cache->offset >= 0 ? *(PyObject **)((char *)object + cache->offset) : NULL;
+}
+
+/* A new reference to `object.name`: `slot_value`, or getattr. */
+static PyObject *
+read_attribute(PyObject *object, PyObject *name, SlotCache *cache)
+{
+    PyObject *value = slot_value(object, name, cache);
+    if (value == NULL)
+        return PyObject_GetAttr(object, name);
+    Py_INCREF(value);
+    return value;
 }
 
 static PyObject *
@@ -575,14 +610,14 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
     if (keys == NULL)
         return PyErr_NoMemory();
     PyObject **values = keys + n + 1;
-    Py_ssize_t pos = 0, offset = -1;
-    PyTypeObject *known = NULL;
+    Py_ssize_t pos = 0;
+    SlotCache slot = {NULL, -1};
     PyObject *key, *value;
     while (got < n && PyDict_Next(members, &pos, &key, &value)) {
         if (!PyUnicode_CheckExact(key))
             goto not_implemented;
         Py_INCREF(key);
-        PyObject *current = member_assignment(value, assignment_name, &known, &offset);
+        PyObject *current = read_attribute(value, assignment_name, &slot);
         if (current == NULL) {
             Py_DECREF(key);
             goto done;
@@ -995,7 +1030,7 @@ hetero_assign_free(PyObject *self, PyObject *args)
         return NULL;
     }
     Subscriber *ordered = PyMem_Malloc(sizeof(Subscriber) * (size_t)count);
-    Py_ssize_t *picks = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)need);
+    Py_ssize_t *picks = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)need * 2), *where = picks + need;
     long long *added = PyMem_Calloc((size_t)count, sizeof(long long));
     PyObject *result = NULL;
     if (ordered == NULL || picks == NULL || added == NULL) {
@@ -1024,18 +1059,16 @@ hetero_assign_free(PyObject *self, PyObject *args)
         for (Py_ssize_t k = 0; k < take; k++)
             picks[picked++] = k;
     }
-    for (Py_ssize_t k = 0; k < need; k++) {
-        Py_ssize_t p = k;
-        if (free != Py_None && (!exact_index(PyList_GET_ITEM(free, k), &p) || p < 0 || p >= n)) {
+    for (Py_ssize_t k = 0; k < need; k++) { /* every partition checked before anything is written */
+        where[k] = k;
+        if (free != Py_None
+            && (!exact_index(PyList_GET_ITEM(free, k), &where[k]) || where[k] < 0 || where[k] >= n)) {
             PyErr_SetString(PyExc_ValueError, "free partitions must be ints within the topic");
             goto done;
         }
     }
     for (Py_ssize_t k = 0; k < need; k++) {
-        Py_ssize_t p = k;
-        if (free != Py_None)
-            exact_index(PyList_GET_ITEM(free, k), &p);
-        store_object(owner, p, PyList_GET_ITEM(subscribers, ordered[picks[k]].position));
+        store_object(owner, where[k], PyList_GET_ITEM(subscribers, ordered[picks[k]].position));
         added[picks[k]]++;
     }
     for (Py_ssize_t j = 0; j < count; j++) {
@@ -1138,12 +1171,7 @@ hetero_scatter(PyObject *self, PyObject *args)
                 tuples[o] = NULL;
                 PyObject_GC_UnTrack(value); /* ints only, as for the homogeneous builder's tuples */
             }
-            PyObject *target = PyList_GET_ITEM(targets, o);
-#if PY_VERSION_HEX < 0x030D0000
-            int rc = _PyDict_SetItem_KnownHash(target, key, value, hash);
-#else
-            int rc = PyDict_SetItem(target, key, value);
-#endif
+            int rc = set_with_hash(PyList_GET_ITEM(targets, o), key, value, hash);
             Py_DECREF(value);
             if (rc < 0)
                 goto done;
@@ -1272,7 +1300,7 @@ fromkeys_each(PyObject *self, PyObject *args)
         Py_INCREF(value);
         int rc = 0;
         for (i = 0; i < size && rc == 0; i++)
-            rc = _PyDict_SetItem_KnownHash(d, key[i], value, hash[i]);
+            rc = set_with_hash(d, key[i], value, hash[i]);
         if (rc == 0 && int_tuple(value))
             PyObject_GC_UnTrack(d); /* topic ids and a tuple of ints: no cycle through it */
         Py_DECREF(value);
@@ -1298,33 +1326,12 @@ fail:
 #endif
 }
 
-/* The slot offset of attribute `name` of `type` when it is a plain object slot (__slots__), or -1. */
-static Py_ssize_t
-slot_offset(PyTypeObject *type, PyObject *name)
-{
-    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
-    if (descr == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    Py_ssize_t offset = -1;
-    /* Only a slot of this very type or a base of it: a descriptor borrowed from another class
-     * would describe another layout. */
-    if (Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type == T_OBJECT_EX || member->type == T_OBJECT)
-            offset = member->offset;
-    }
-    Py_DECREF(descr);
-    return offset;
-}
-
 PyDoc_STRVAR(all_none_doc,
 "all_none(objects, first, second) -> bool\n\n"
-"Whether attributes `first` and `second` are None on every object of the list. Objects of one\n"
-"__slots__ class (the assignors' MemberSubscription) are read at their slots' offsets; any\n"
-"other object through getattr. A Python loop over a hundred members' two attributes cost about\n"
-"a fifth of a small group's range assignment.");
+"Whether attributes `first` and `second` are None on every object of the list. Objects of a\n"
+"__slots__ class (the assignors' MemberSubscription) are read at their slots' offsets, any other\n"
+"object through getattr. A Python loop over a hundred members' two attributes cost about a fifth\n"
+"of a small group's range assignment.");
 
 static PyObject *
 all_none(PyObject *self, PyObject *args)
@@ -1333,32 +1340,21 @@ all_none(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "O!UU", &PyList_Type, &objects, &first, &second))
         return NULL;
-    PyTypeObject *known = NULL;
-    Py_ssize_t first_at = -1, second_at = -1;
+    PyObject *names[2] = {first, second};
+    SlotCache slots[2] = {{NULL, -1}, {NULL, -1}};
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objects); i++) {
         PyObject *item = PyList_GET_ITEM(objects, i);
-        if (Py_TYPE(item) != known) {
-            known = Py_TYPE(item);
-            first_at = slot_offset(known, first);
-            second_at = slot_offset(known, second);
-        }
-        if (first_at >= 0 && second_at >= 0) {
-            PyObject *a = *(PyObject **)((char *)item + first_at), *b = *(PyObject **)((char *)item + second_at);
-            if (a == NULL || b == NULL) { /* an unset slot: let getattr raise as Python would */
-                first_at = second_at = -1;
-            } else {
-                if (a != Py_None || b != Py_None)
-                    Py_RETURN_FALSE;
-                continue;
-            }
-        }
-        PyObject *names[2] = {first, second};
         for (int k = 0; k < 2; k++) {
-            PyObject *value = PyObject_GetAttr(item, names[k]);
-            if (value == NULL)
-                return NULL;
-            int none = value == Py_None;
-            Py_DECREF(value);
+            PyObject *value = slot_value(item, names[k], &slots[k]);
+            int none;
+            if (value != NULL) {
+                none = value == Py_None;
+            } else {
+                if ((value = PyObject_GetAttr(item, names[k])) == NULL)
+                    return NULL;
+                none = value == Py_None;
+                Py_DECREF(value);
+            }
             if (!none)
                 Py_RETURN_FALSE;
         }
