@@ -557,6 +557,16 @@ def test_fromkeys_each_is_dict_fromkeys_for_each_value():
     del made
     gc.collect()  # that cycle is found: every dict goes, and every reference to the run with them
     assert sys.getrefcount(run) == before
+    # str keys (a table of the unicode kind) and a source dict with a hole where a key was deleted
+    names = dict.fromkeys(f"topic-{i}" for i in range(9))
+    del names["topic-4"]
+    values = [(1,), (2, 3), ["a list"], (4,)]
+    made = native.fromkeys_each(names, values)
+    assert made == [dict.fromkeys(names, v) for v in values]
+    assert [list(d) for d in made] == [list(names)] * len(values)
+    assert [gc.is_tracked(d) for d in made] == [False, False, True, False]
+    made[1]["topic-9"] = (5,)  # each copy is a dict of its own, resizable as any
+    assert list(made[1].values())[-2:] == [(2, 3), (5,)] and "topic-9" not in made[2]
     assert native.fromkeys_each({}, [(1,), (2,)]) == [{}, {}]
     assert native.fromkeys_each(keys, ()) == []
     with pytest.raises(TypeError):

@@ -19,6 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The dict layout of the Python this module is built for (from CPython's own header, installed
+ * with it), read only by `set_copied_values` to write a copied dict's values in place. Only on
+ * 3.11: 3.12's header cannot be included outside CPython's own build (it redeclares public GC
+ * calls), and other versions, or an install without the header, go without. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && defined(__has_include)
+#if __has_include("internal/pycore_dict.h")
+#define COHORT_DICT_LAYOUT 1
+#define Py_BUILD_CORE 1
+#include "internal/pycore_dict.h"
+#undef Py_BUILD_CORE
+#endif
+#endif
+
 /* dict[key] = value with key's hash known (a uuid.UUID hashes in Python code); Python 3.13 made
  * the known-hash call private, and there the key is hashed again. */
 static inline int
@@ -1238,8 +1251,9 @@ fail:
 PyDoc_STRVAR(fromkeys_each_doc,
 "fromkeys_each(keys, values) -> list | NotImplemented\n\n"
 "[dict.fromkeys(keys, value) for value in values], keys a dict: the first dict is built with the\n"
-"keys' stored hashes, every other one is a copy of it (the key table copied whole) with its value\n"
-"set, which costs a third of building each anew. A dict whose value is a tuple of ints is left\n"
+"keys' stored hashes, every other one is a copy of it (the key table copied whole) whose values\n"
+"are then written where its entries lie (on Python 3.11; set key by key elsewhere, or if\n"
+"a copy is not laid out as expected). A dict whose value is a tuple of ints is left\n"
 "untracked by the cyclic collector, as `member_dict`'s are. NotImplemented on Python 3.13 and\n"
 "later, which keep the known-hash calls private.");
 
@@ -1254,6 +1268,42 @@ int_tuple(PyObject *value)
             return 0;
     return 1;
 }
+
+#ifdef COHORT_DICT_LAYOUT
+/* Sets every value of `d`, a fresh copy of a dict built by inserting key[0..size) in order, to
+ * `value` where its entries lie; 0 (nothing changed) unless its table is laid out as that
+ * implies: combined, `size` entries, entry i holding key[i].
+ *
+ * Why: through the public calls each value costs a lookup of its key and an insert (about 150
+ * instructions, two fifths of a hundred-member range assignment) although the copy already holds
+ * the keys in a known order. Nothing has seen the copy yet, so no version tag or watcher needs
+ * to hear of the change. */
+static int
+set_copied_values(PyObject *d, PyObject *const *key, Py_ssize_t size, PyObject *value)
+{
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *keys = mp->ma_keys;
+    if (mp->ma_values != NULL || mp->ma_used != size || keys->dk_nentries != size || keys->dk_refcnt != 1)
+        return 0;
+    /* Entries are {hash, key, value} in a general table and {key, value} in a str-keyed one. */
+    int general = keys->dk_kind == DICT_KEYS_GENERAL;
+    char *entries = general ? (char *)DK_ENTRIES(keys) : (char *)DK_UNICODE_ENTRIES(keys);
+    size_t stride = general ? sizeof(PyDictKeyEntry) : sizeof(PyDictUnicodeEntry);
+    size_t at_key = general ? offsetof(PyDictKeyEntry, me_key) : offsetof(PyDictUnicodeEntry, me_key);
+    size_t at_value = general ? offsetof(PyDictKeyEntry, me_value) : offsetof(PyDictUnicodeEntry, me_value);
+    for (Py_ssize_t i = 0; i < size; i++)
+        if (*(PyObject **)(entries + (size_t)i * stride + at_key) != key[i])
+            return 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject **slot = (PyObject **)(entries + (size_t)i * stride + at_value);
+        PyObject *old = *slot;
+        Py_INCREF(value);
+        *slot = value;
+        Py_DECREF(old); /* a value of the dict copied, which holds it too: no finaliser runs */
+    }
+    return 1;
+}
+#endif
 
 static PyObject *
 fromkeys_each(PyObject *self, PyObject *args)
@@ -1298,11 +1348,16 @@ fromkeys_each(PyObject *self, PyObject *args)
             goto fail;
         PyList_SET_ITEM(out, j, d);
         Py_INCREF(value);
-        int rc = 0;
-        for (i = 0; i < size && rc == 0; i++)
+        int rc = 0, placed = 0;
+#ifdef COHORT_DICT_LAYOUT
+        placed = first != NULL && set_copied_values(d, key, size, value);
+#endif
+        for (i = 0; i < size && rc == 0 && !placed; i++)
             rc = set_with_hash(d, key[i], value, hash[i]);
         if (rc == 0 && int_tuple(value))
             PyObject_GC_UnTrack(d); /* topic ids and a tuple of ints: no cycle through it */
+        else if (rc == 0 && placed && !PyObject_GC_IsTracked(d))
+            PyObject_GC_Track(d); /* as an insert of a value that may hold a cycle tracks it */
         Py_DECREF(value);
         if (rc < 0)
             goto fail;

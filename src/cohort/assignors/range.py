@@ -230,8 +230,8 @@ def _range_pieces(subscribers: list[str], group: dict, n: int):
     partitions and k subscribers the first n % k take n // k + 1, the others n // k.
 
     The dicts share their keys (the group's topics, in its order): the C `fromkeys_each` copies
-    the first one's key table for every other, and those copies were most of a small group's
-    assignment when each was built key by key."""
+    the first one's key table for every other and writes each copy's values in place; built key
+    by key, those dicts were most of a small group's assignment."""
     k = len(subscribers)
     small = n <= SHARED_RUNS_MAX_PARTITIONS and k <= SHARED_RUNS_MAX_SUBSCRIBERS
     runs = _shared_runs(n, k) if small else range_runs(n, k)
