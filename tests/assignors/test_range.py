@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import sys
+from types import MappingProxyType
 from unittest.mock import patch
 
 import pytest
@@ -525,13 +527,57 @@ def test_the_plain_group_check_reads_slots_and_anything_else_through_getattr():
 @given(groups())
 def test_copied_run_dicts_give_what_building_each_gives(group):
     """The C `fromkeys_each` (every member's {topic: run} a copy of the first's key table) and
-    `dict.fromkeys` per member give the same assignment, in the same order."""
+    `copy_with_values` (the output a copy of the members' dict, when they come in member id
+    order, as the coordinator keeps them) give what building each dict gives, in the same order."""
     members, topics = group
-    spec = GroupSpec.of(members)
-    copied = RANGE.assign(spec, TopicDescriber(topics))
-    with patch.object(range_module, "native", None):
-        built = RANGE.assign(spec, TopicDescriber(topics))
-    assert [(m, list(a.items())) for m, a in copied.items()] == [(m, list(a.items())) for m, a in built.items()]
+    for given in (members, dict(sorted(members.items()))):
+        spec = GroupSpec.of(given)
+        copied = RANGE.assign(spec, TopicDescriber(topics))
+        with patch.object(range_module, "native", None):
+            built = RANGE.assign(spec, TopicDescriber(topics))
+        assert [(m, list(a.items())) for m, a in copied.items()] == [(m, list(a.items())) for m, a in built.items()]
+        assert list(given.values()) == [spec.members[m] for m in given]  # the spec's members untouched
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="written in place with CPython 3.11's dict layout only")
+def test_copy_with_values_writes_into_a_copy_of_the_template():
+    import gc
+
+    from cohort.assignors._uniform_common import native
+
+    keys = [f"member-{i}" for i in range(6)]
+    template = {k: MemberSubscription(frozenset({"t"})) for k in keys}
+    subscription = template["member-0"]
+    pieces = [{"t": (0,)}, {"t": (1,)}, {"t": (2,)}]
+    before = sys.getrefcount(pieces[0]), sys.getrefcount(subscription)
+    made = native.copy_with_values(template, keys, pieces)
+    assert made == {"member-0": {"t": (0,)}, "member-1": {"t": (1,)}, "member-2": {"t": (2,)},
+                    "member-3": {}, "member-4": {}, "member-5": {}}
+    same = [made[k] is v for k, v in zip(keys, pieces)]
+    fresh = made["member-3"] is not made["member-4"]
+    assert list(made) == keys and same == [True] * 3 and fresh
+    assert gc.is_tracked(made)
+    assert template["member-0"] is subscription and len(template) == 6  # the template is as it was
+    held = sys.getrefcount(pieces[0]), sys.getrefcount(subscription)
+    assert held == (before[0] + 1, before[1])  # each value held once more, the template's as before
+    made["member-6"] = {}  # a dict of its own, which grows as any does
+    assert "member-6" not in template
+    del made
+    after = sys.getrefcount(pieces[0])
+    assert after == before[0]
+
+    # not a copy to write into: NotImplemented, and the caller builds the dict itself
+    assert native.copy_with_values(template, keys[::-1], pieces) is NotImplemented  # another order
+    assert native.copy_with_values(template, keys[:5], pieces) is NotImplemented  # other keys
+    assert native.copy_with_values(template, keys, pieces * 3) is NotImplemented  # more values than keys
+    assert native.copy_with_values(MappingProxyType(template), keys, pieces) is NotImplemented
+    holed = dict(template)
+    holed["gone"] = None
+    del holed["gone"]
+    assert native.copy_with_values(holed, keys, pieces) is NotImplemented  # a hole where a key was
+    assert native.copy_with_values({}, [], []) == {}
+    with pytest.raises(TypeError):
+        native.copy_with_values(template, tuple(keys), pieces)
 
 
 def test_fromkeys_each_is_dict_fromkeys_for_each_value():

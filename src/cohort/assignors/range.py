@@ -187,6 +187,12 @@ def _assign_homogeneous_plain(members: Mapping[str, MemberSubscription], member_
     if n <= 0 or counts.count(n) != len(counts):
         return None
     receivers, pieces = _range_pieces(member_ids, subscription_keys(subscription), n)
+    if native is not None and type(pieces) is list:
+        # The spec's members are normally in member id order already (the coordinator keeps
+        # them so): the output is then a copy of their dict's key table.
+        result = native.copy_with_values(members, member_ids, pieces)
+        if result is not NotImplemented:
+            return result
     result = dict(zip(receivers, pieces))
     if len(receivers) < len(member_ids):
         result.update({m: {} for m in member_ids[len(receivers):]})
