@@ -1270,9 +1270,9 @@ int_tuple(PyObject *value)
 }
 
 #ifdef COHORT_DICT_LAYOUT
-/* Where the values of `d`, a fresh copy of a dict holding key[0..size) in that order, lie: each
- * value is `stride` bytes after the one before. False (and nothing to write) unless its table is
- * laid out as that implies: combined, `size` entries, entry i holding key[i].
+/* Where the values of `d`, a dict holding key[0..size) in that order, lie: each value is
+ * `stride` bytes after the one before. False unless its table is laid out as that implies:
+ * combined, `size` entries, entry i holding key[i]. Only a fresh copy is written into.
  *
  * Why: through the public calls each value costs a lookup of its key and an insert (about 150
  * instructions, two fifths of a hundred-member range assignment) although the copy already holds
@@ -1284,11 +1284,11 @@ typedef struct {
 } ValueSlots;
 
 static int
-copied_value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlots *slots)
+value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlots *slots)
 {
     PyDictObject *mp = (PyDictObject *)d;
     PyDictKeysObject *keys = mp->ma_keys;
-    if (mp->ma_values != NULL || mp->ma_used != size || keys->dk_nentries != size || keys->dk_refcnt != 1)
+    if (mp->ma_values != NULL || mp->ma_used != size || keys->dk_nentries != size)
         return 0;
     /* Entries are {hash, key, value} in a general table and {key, value} in a str-keyed one. */
     int general = keys->dk_kind == DICT_KEYS_GENERAL;
@@ -1302,6 +1302,13 @@ copied_value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlot
     slots->first = entries + at_value;
     slots->stride = stride;
     return 1;
+}
+
+/* value_slots for a copy to write into: its key table its own, not shared. */
+static int
+copied_value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlots *slots)
+{
+    return ((PyDictObject *)d)->ma_keys->dk_refcnt == 1 && value_slots(d, key, size, slots);
 }
 
 /* The i-th value of the copy becomes `value` (a new reference, stolen). Its old value is one of
@@ -1426,15 +1433,17 @@ copy_with_values(PyObject *self, PyObject *args)
     Py_RETURN_NOTIMPLEMENTED;
 #else
     Py_ssize_t n = PyList_GET_SIZE(keys), given = PyList_GET_SIZE(values), made = 0;
+    ValueSlots slots;
     if (!PyDict_CheckExact(template) || PyDict_GET_SIZE(template) != n || given > n)
         Py_RETURN_NOTIMPLEMENTED;
     if (n == 0)
         return PyDict_New();
+    if (!value_slots(template, PySequence_Fast_ITEMS(keys), n, &slots))
+        Py_RETURN_NOTIMPLEMENTED; /* another order or a hole: known before anything is made */
     /* Every new value is held first and the copy made last: allocating can run a collection and
      * finalisers (Python code, which could change the lists), writing into the copy cannot. */
-    PyObject **news = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
+    PyObject **news = PyMem_Malloc(sizeof(PyObject *) * (size_t)n);
     PyObject *d = NULL;
-    ValueSlots slots;
     if (news == NULL)
         return PyErr_NoMemory();
     for (; made < given; made++) {
