@@ -918,6 +918,43 @@ def test_the_c_builder_reads_each_members_assignment_as_getattr_does():
         native.assign_homogeneous_members({"a": Borrowed()}, ["t"], [10], None, ints)
 
 
+def test_the_c_builder_lends_its_kept_arrays_to_one_call_at_a_time():
+    """The builder keeps its large arrays between calls; a call made while one is running (here
+    from a member's `assignment` property, read mid-scan) gets arrays of its own, and neither
+    answer is disturbed. Calls of other sizes then reuse the kept arrays."""
+    ints = tuple(range(400))
+    inner_view = {f"i{k:03d}": MemberSubscription(frozenset({"u"})) for k in range(30)}
+    inner = []
+
+    class Reentrant(MemberSubscription):
+        __slots__ = ()
+
+        @property
+        def assignment(self):
+            inner.append(native.assign_homogeneous_members(inner_view, ["u"], [300], None, ints))
+            return {"t": (1, 2)}
+
+    reentrant = object.__new__(Reentrant)
+    for name, value in (("subscribed_topic_ids", frozenset({"t"})), ("rack_id", None), ("instance_id", None),
+                        ("assignment", {})):
+        MemberSubscription.__dict__[name].__set__(reentrant, value)
+    view = {f"m{k:03d}": MemberSubscription(frozenset({"t"}), assignment={"t": (k,)} if k > 2 else {})
+            for k in range(200)}
+    view["m001"] = reentrant
+    currents = [{"t": (1, 2)} if m == "m001" else v.assignment for m, v in view.items()]
+    got = native.assign_homogeneous_members(view, ["t"], [400], None, ints)
+    assert got == native.assign_homogeneous(list(view), currents, ["t"], [400], None, ints)
+    assert sorted(p for parts in got.values() for part in parts.values() for p in part) == list(range(400))
+    alone = native.assign_homogeneous_members(inner_view, ["u"], [300], None, ints)
+    assert len(inner) == 1 and inner[0] == alone
+    assert sorted(p for parts in alone.values() for part in parts.values() for p in part) == list(range(300))
+    for members, partitions in ((5, 7), (250, 390), (1, 1)):  # smaller and larger than the kept arrays
+        small = {f"s{k:03d}": MemberSubscription(frozenset({"t"})) for k in range(members)}
+        made = native.assign_homogeneous_members(small, ["t"], [partitions], None, ints)
+        assert made == native.assign_homogeneous(list(small), [{}] * members, ["t"], [partitions], None, ints)
+        assert sorted(p for parts in made.values() for part in parts.values() for p in part) == list(range(partitions))
+
+
 def test_the_c_builder_takes_a_large_view_with_hundreds_of_joiners_appended():
     # The coordinator re-sorts its view once joiners are a sixteenth of it: 250 joiners appended
     # to 4,000 members in order are read as they are, and give what the sorted lists give.
