@@ -9,7 +9,8 @@ Kafka's clients generate them) and random topic ids.
 For every shape, in alternating rounds (JVM, then cohort in this process):
 * **steady**: `--calls` back-to-back calls per timed run (`--small-calls` for the 100-member
   shapes), as a JMH iteration calls `assign()`; the JVM warms up for `--warmup` seconds first.
-* **after GC**: a full collection (`System.gc()`, `gc.collect()`), then one timed call.
+* **after GC**: a full collection (`System.gc()`, `gc.collect()`), then one timed call
+  (`--runs` of them a round, `--small-runs` for the 100-member shapes).
 
 Kafka's CPU is given twice: the calling thread's (what the assignor itself costs), and the whole
 JVM's per call (its garbage collector's threads included, as cohort's figure includes Python's
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import statistics
@@ -57,9 +59,11 @@ def kafka_sources(kafka: Path, rev: str, work: Path) -> Path:
 
 
 def slf4j_jar() -> str:
-    import pyspark
-
-    found = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "slf4j-api-*.jar"))
+    # Found without importing pyspark: its modules would sit in this process's heap, which every
+    # after-GC timing of cohort's calls walks first (about 30,000 more objects).
+    spec = importlib.util.find_spec("pyspark")
+    places = [] if spec is None else list(spec.submodule_search_locations or ())
+    found = [jar for place in places for jar in glob.glob(os.path.join(place, "jars", "slf4j-api-*.jar"))]
     if not found:
         raise SystemExit("kafka_assignors: slf4j-api not found in PySpark's jars (pip install 'cohort[pipeline]')")
     return found[0]
@@ -111,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=20, help="back-to-back calls per steady run (default 20)")
     parser.add_argument("--small-calls", type=int, default=2000,
                         help="the same for groups of at most 1,000 partitions (default 2000)")
+    parser.add_argument("--small-runs", type=int, default=21,
+                        help="the same for groups of at most 1,000 partitions, whose after-GC calls are "
+                             "single cold calls of tens of microseconds (default 21)")
     parser.add_argument("--warmup", type=float, default=3.0, help="JVM warm-up seconds per shape (default 3)")
     parser.add_argument("--case", action="append", metavar="TEXT", help="only rows whose label contains TEXT")
     args = parser.parse_args(argv)
@@ -123,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'assignor':<8} {'case':<40} {'mode':<8} {'kafka thread':>12} {'kafka jvm':>10} {'cohort':>9} "
           f"{'cohort/kafka':>12}")
     for case in cases:
-        calls = args.small_calls if case.members * case.ratio <= 1000 else args.calls
+        small = case.members * case.ratio <= 1000
+        calls, runs = (args.small_calls, args.small_runs) if small else (args.calls, args.runs)
         kafka = {"steady": [], "after_gc": []}
         kafka_jvm = {"steady": [], "after_gc": []}
         ours = {"steady": [], "after_gc": []}
         for _ in range(args.rounds):
-            got = run_kafka(classpath, case, calls, args.runs, args.warmup)
-            mine = run_cohort(case, calls, args.runs)
+            got = run_kafka(classpath, case, calls, runs, args.warmup)
+            mine = run_cohort(case, calls, runs)
             for mode in ("steady", "after_gc"):
                 kafka[mode] += got[mode]["thread_cpu_ms"]
                 kafka_jvm[mode].append(statistics.fmean(got[mode]["process_cpu_ms"]))
