@@ -8,6 +8,7 @@ plain-Python small-group path are both run on every example.
 
 from __future__ import annotations
 
+import gc
 import random
 import uuid
 from types import MappingProxyType
@@ -944,6 +945,8 @@ def test_the_c_builder_lends_its_kept_arrays_to_one_call_at_a_time():
     currents = [{"t": (1, 2)} if m == "m001" else v.assignment for m, v in view.items()]
     got = native.assign_homogeneous_members(view, ["t"], [400], None, ints)
     assert got == native.assign_homogeneous(list(view), currents, ["t"], [400], None, ints)
+    # a view in member id order is the output's template: written in place, same keys, same order
+    assert list(got) == list(view) and gc.is_tracked(got)
     assert sorted(p for parts in got.values() for part in parts.values() for p in part) == list(range(400))
     alone = native.assign_homogeneous_members(inner_view, ["u"], [300], None, ints)
     assert len(inner) == 1 and inner[0] == alone
@@ -952,6 +955,7 @@ def test_the_c_builder_lends_its_kept_arrays_to_one_call_at_a_time():
         small = {f"s{k:03d}": MemberSubscription(frozenset({"t"})) for k in range(members)}
         made = native.assign_homogeneous_members(small, ["t"], [partitions], None, ints)
         assert made == native.assign_homogeneous(list(small), [{}] * members, ["t"], [partitions], None, ints)
+        assert list(made) == list(small) and all(type(v) is MemberSubscription for v in small.values())
         assert sorted(p for parts in made.values() for part in parts.values() for p in part) == list(range(partitions))
 
 

@@ -20,7 +20,7 @@
 #include <string.h>
 
 /* The dict layout of the Python this module is built for (from CPython's own header, installed
- * with it), read only by `set_copied_values` to write a copied dict's values in place. Only on
+ * with it), read only by `value_slots` to write a fresh copy's values in place. Only on
  * 3.11: 3.12's header cannot be included outside CPython's own build (it redeclares public GC
  * calls), and other versions, or an install without the header, go without. */
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && defined(__has_include)
@@ -146,7 +146,7 @@ typedef struct {
     int lent;
 } Kept;
 
-#define KEPT_MAX ((size_t)32 << 20)
+#define KEPT_MAX ((size_t)8 << 20) /* two million partitions, half a million members */
 
 static Kept kept_owner, kept_entries, kept_start, kept_quotas, kept_unassigned, kept_members;
 
@@ -177,6 +177,74 @@ give_back(Kept *kept, void *data)
     else
         PyMem_Free(data);
 }
+
+#ifdef COHORT_DICT_LAYOUT
+/* Where the values of `d`, a dict holding key[0..size) in that order, lie: each value is
+ * `stride` bytes after the one before. False unless its table is laid out as that implies:
+ * combined, `size` entries, entry i holding key[i]. Only a fresh copy is written into.
+ *
+ * Why: through the public calls each value costs a lookup of its key and an insert (about 150
+ * instructions, two fifths of a hundred-member range assignment) although the copy already holds
+ * the keys in a known order. Nothing has seen the copy yet, so no version tag or watcher needs
+ * to hear of the change. */
+typedef struct {
+    char *first;
+    size_t stride;
+} ValueSlots;
+
+static int
+value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlots *slots)
+{
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *keys = mp->ma_keys;
+    if (mp->ma_values != NULL || mp->ma_used != size || keys->dk_nentries != size)
+        return 0;
+    /* Entries are {hash, key, value} in a general table and {key, value} in a str-keyed one. */
+    int general = keys->dk_kind == DICT_KEYS_GENERAL;
+    char *entries = general ? (char *)DK_ENTRIES(keys) : (char *)DK_UNICODE_ENTRIES(keys);
+    size_t stride = general ? sizeof(PyDictKeyEntry) : sizeof(PyDictUnicodeEntry);
+    size_t at_key = general ? offsetof(PyDictKeyEntry, me_key) : offsetof(PyDictUnicodeEntry, me_key);
+    size_t at_value = general ? offsetof(PyDictKeyEntry, me_value) : offsetof(PyDictUnicodeEntry, me_value);
+    for (Py_ssize_t i = 0; i < size; i++)
+        if (*(PyObject **)(entries + (size_t)i * stride + at_key) != key[i])
+            return 0;
+    slots->first = entries + at_value;
+    slots->stride = stride;
+    return 1;
+}
+
+/* value_slots for a copy to write into: its key table its own, not shared. */
+static int
+copied_value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlots *slots)
+{
+    return ((PyDictObject *)d)->ma_keys->dk_refcnt == 1 && value_slots(d, key, size, slots);
+}
+
+/* The i-th value of the copy becomes `value` (a new reference, stolen). Its old value is one of
+ * the dict it was copied from, which still holds it: dropping it here runs no finaliser. */
+static inline void
+put_copied_value(const ValueSlots *slots, Py_ssize_t i, PyObject *value)
+{
+    PyObject **slot = (PyObject **)(slots->first + (size_t)i * slots->stride);
+    PyObject *old = *slot;
+    *slot = value;
+    Py_DECREF(old);
+}
+
+/* Every value of the copy becomes `value`; false, nothing changed, if `d` is not laid out so. */
+static int
+set_copied_values(PyObject *d, PyObject *const *key, Py_ssize_t size, PyObject *value)
+{
+    ValueSlots slots;
+    if (!copied_value_slots(d, key, size, &slots))
+        return 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        Py_INCREF(value);
+        put_copied_value(&slots, i, value);
+    }
+    return 1;
+}
+#endif
 
 /* The index of a topic id not found by address: by value (-1 if unknown, -2 on an error). */
 static Py_ssize_t
@@ -402,7 +470,8 @@ fail:
 }
 
 static PyObject *
-build(Work *w, PyObject *member_ids, PyObject *currents, PyObject *topic_ids, PyObject *hashes, PyObject *ints)
+build(Work *w, PyObject *member_ids, PyObject *currents, PyObject *topic_ids, PyObject *hashes, PyObject *ints,
+      PyObject *template)
 {
     Py_ssize_t members = w->members;
     int64_t total = w->total;
@@ -445,8 +514,22 @@ build(Work *w, PyObject *member_ids, PyObject *currents, PyObject *topic_ids, Py
         goto done;
     }
 
-    result = _PyDict_NewPresized(members);
-    if (result == NULL)
+    /* The output: a copy of `template` (the members' dict, in member id order) with each value
+     * written in place where it can be, else a dict filled member by member. */
+    int in_place = 0;
+#ifdef COHORT_DICT_LAYOUT
+    ValueSlots slots;
+    if (template != NULL && (result = PyDict_Copy(template)) != NULL) {
+        in_place = copied_value_slots(result, PySequence_Fast_ITEMS(member_ids), members, &slots);
+        if (!in_place)
+            Py_CLEAR(result);
+    } else if (template != NULL) {
+        goto done;
+    }
+#else
+    (void)template;
+#endif
+    if (!in_place && (result = _PyDict_NewPresized(members)) == NULL)
         goto done;
     Py_ssize_t dealt = 0;
     for (Py_ssize_t i = 0; i < members; i++) {
@@ -472,13 +555,25 @@ build(Work *w, PyObject *member_ids, PyObject *currents, PyObject *topic_ids, Py
             }
             out = member_dict(w, buffer, size, topic_ids, hashes, ints);
         }
-        if (out == NULL || PyDict_SetItem(result, PyList_GET_ITEM(member_ids, i), out) < 0) {
-            Py_XDECREF(out);
+        if (out == NULL) {
             Py_CLEAR(result);
             goto done;
         }
+#ifdef COHORT_DICT_LAYOUT
+        if (in_place) {
+            put_copied_value(&slots, i, out); /* the copy is private: no code could reach it since */
+            continue;
+        }
+#endif
+        int rc = PyDict_SetItem(result, PyList_GET_ITEM(member_ids, i), out);
         Py_DECREF(out);
+        if (rc < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
     }
+    if (in_place && !PyObject_GC_IsTracked(result))
+        PyObject_GC_Track(result); /* its values are dicts */
 done:
     give_back(&kept_quotas, kept);
     give_back(&kept_unassigned, unassigned);
@@ -496,7 +591,7 @@ PyDoc_STRVAR(assign_homogeneous_doc,
 
 static PyObject *
 run_homogeneous(PyObject *member_ids, PyObject *currents, PyObject *topic_ids, PyObject *counts, PyObject *hashes,
-                PyObject *ints)
+                PyObject *ints, PyObject *template)
 {
     Work w;
     memset(&w, 0, sizeof(w));
@@ -561,7 +656,7 @@ run_homogeneous(PyObject *member_ids, PyObject *currents, PyObject *topic_ids, P
         Py_INCREF(result);
         goto done;
     }
-    result = build(&w, member_ids, currents, topic_ids, hashes, ints);
+    result = build(&w, member_ids, currents, topic_ids, hashes, ints, template);
 done:
     PyMem_Free(w.offsets);
     PyMem_Free(w.hashes);
@@ -583,7 +678,7 @@ assign_homogeneous(PyObject *module, PyObject *args)
                           &currents, &PyList_Type, &topic_ids, &PyList_Type, &counts, &hashes, &PyTuple_Type,
                           &ints))
         return NULL;
-    return run_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints);
+    return run_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints, NULL);
 }
 
 PyDoc_STRVAR(assign_homogeneous_members_doc,
@@ -743,7 +838,8 @@ assign_homogeneous_members(PyObject *module, PyObject *args)
         PyList_SET_ITEM(currents, i, values[i]);
     }
     got = 0;
-    result = run_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints);
+    /* In member id order already, the members' dict is the output's template. */
+    result = run_homogeneous(member_ids, currents, topic_ids, counts, hashes, ints, descent == n ? members : NULL);
     goto done;
 not_implemented:
     result = Py_NotImplemented;
@@ -1312,74 +1408,6 @@ int_tuple(PyObject *value)
             return 0;
     return 1;
 }
-
-#ifdef COHORT_DICT_LAYOUT
-/* Where the values of `d`, a dict holding key[0..size) in that order, lie: each value is
- * `stride` bytes after the one before. False unless its table is laid out as that implies:
- * combined, `size` entries, entry i holding key[i]. Only a fresh copy is written into.
- *
- * Why: through the public calls each value costs a lookup of its key and an insert (about 150
- * instructions, two fifths of a hundred-member range assignment) although the copy already holds
- * the keys in a known order. Nothing has seen the copy yet, so no version tag or watcher needs
- * to hear of the change. */
-typedef struct {
-    char *first;
-    size_t stride;
-} ValueSlots;
-
-static int
-value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlots *slots)
-{
-    PyDictObject *mp = (PyDictObject *)d;
-    PyDictKeysObject *keys = mp->ma_keys;
-    if (mp->ma_values != NULL || mp->ma_used != size || keys->dk_nentries != size)
-        return 0;
-    /* Entries are {hash, key, value} in a general table and {key, value} in a str-keyed one. */
-    int general = keys->dk_kind == DICT_KEYS_GENERAL;
-    char *entries = general ? (char *)DK_ENTRIES(keys) : (char *)DK_UNICODE_ENTRIES(keys);
-    size_t stride = general ? sizeof(PyDictKeyEntry) : sizeof(PyDictUnicodeEntry);
-    size_t at_key = general ? offsetof(PyDictKeyEntry, me_key) : offsetof(PyDictUnicodeEntry, me_key);
-    size_t at_value = general ? offsetof(PyDictKeyEntry, me_value) : offsetof(PyDictUnicodeEntry, me_value);
-    for (Py_ssize_t i = 0; i < size; i++)
-        if (*(PyObject **)(entries + (size_t)i * stride + at_key) != key[i])
-            return 0;
-    slots->first = entries + at_value;
-    slots->stride = stride;
-    return 1;
-}
-
-/* value_slots for a copy to write into: its key table its own, not shared. */
-static int
-copied_value_slots(PyObject *d, PyObject *const *key, Py_ssize_t size, ValueSlots *slots)
-{
-    return ((PyDictObject *)d)->ma_keys->dk_refcnt == 1 && value_slots(d, key, size, slots);
-}
-
-/* The i-th value of the copy becomes `value` (a new reference, stolen). Its old value is one of
- * the dict it was copied from, which still holds it: dropping it here runs no finaliser. */
-static inline void
-put_copied_value(const ValueSlots *slots, Py_ssize_t i, PyObject *value)
-{
-    PyObject **slot = (PyObject **)(slots->first + (size_t)i * slots->stride);
-    PyObject *old = *slot;
-    *slot = value;
-    Py_DECREF(old);
-}
-
-/* Every value of the copy becomes `value`; false, nothing changed, if `d` is not laid out so. */
-static int
-set_copied_values(PyObject *d, PyObject *const *key, Py_ssize_t size, PyObject *value)
-{
-    ValueSlots slots;
-    if (!copied_value_slots(d, key, size, &slots))
-        return 0;
-    for (Py_ssize_t i = 0; i < size; i++) {
-        Py_INCREF(value);
-        put_copied_value(&slots, i, value);
-    }
-    return 1;
-}
-#endif
 
 static PyObject *
 fromkeys_each(PyObject *self, PyObject *args)
