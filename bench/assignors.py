@@ -163,7 +163,10 @@ def build_spec(case: Case, assignor) -> tuple[GroupSpec, TopicDescriber]:
     # put ten million entries in the heap, which a full collection walks (0.1 s), and leave each
     # after-GC call measuring a cache that walk flushed.
     shared: dict[int, frozenset] = {}
-    subscribed = [shared.setdefault(id(topics), frozenset(topics)) for topics in topic_lists]
+    for topics in topic_lists:
+        if id(topics) not in shared:
+            shared[id(topics)] = frozenset(topics)
+    subscribed = [shared[id(topics)] for topics in topic_lists]
     members = {member_ids[i]: MemberSubscription(subscribed[i]) for i in order or range(case.members)}
     if not case.incremental:
         return GroupSpec.of(members), describer
